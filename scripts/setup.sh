@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Create .venv at the repository root and install mere with the given extras
+# (default: dev). Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-dev}"
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "mere needs Python 3.11 or newer (found $(python3 --version))" >&2
+  exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  if ! python3 -m venv .venv 2>/dev/null; then
+    rm -rf .venv
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+      python3 -m venv .venv
+    else
+      echo "python3 -m venv failed: install the python3-venv package" >&2
+      exit 1
+    fi
+  fi
+fi
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+.venv/bin/python -m pip install -q -e ".[${extras}]" 2>&1 | grep -v '^WARNING: Location' || true
+.venv/bin/python -c "import mere" || { echo "installing mere failed" >&2; exit 1; }

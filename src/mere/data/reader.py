@@ -1,0 +1,67 @@
+"""Reading data files back as Arrow in the table's schema.
+
+A data file holds the table's non-partition columns as they were when it was
+written; a reader adds the partition columns from the file's partition values
+and fills columns the file does not have with nulls, so every file reads in
+the current table schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mere.data.values import from_text
+from mere.log.actions import AddFile, TableMeta
+from mere.storage.base import ObjectStore
+
+READ_BATCH_ROWS = 128 * 1024
+
+
+def read_file(store: ObjectStore, table: TableMeta, add: AddFile, columns: Sequence[str]) -> pa.Table:
+    """Read ``columns`` (table column names, in that order) of one data file."""
+    schema = pa.schema([table.schema.field(c) for c in columns])
+    source = store.open_input(table.prefix + add.path)
+    try:
+        pf = pq.ParquetFile(source)
+        present = set(pf.schema_arrow.names)
+        stored = [c for c in columns if c in present and c not in table.partition_columns]
+        data = pf.read(columns=stored, use_threads=True) if stored else None
+    finally:
+        source.close()
+    return _assemble(table, add, schema, data, add.rows)
+
+
+def iter_file(store: ObjectStore, table: TableMeta, add: AddFile, columns: Sequence[str],
+              batch_rows: int = READ_BATCH_ROWS) -> Iterator[pa.Table]:
+    """Read one data file in bounded pieces (for streaming scans)."""
+    schema = pa.schema([table.schema.field(c) for c in columns])
+    source = store.open_input(table.prefix + add.path)
+    try:
+        pf = pq.ParquetFile(source)
+        present = set(pf.schema_arrow.names)
+        stored = [c for c in columns if c in present and c not in table.partition_columns]
+        if not stored:
+            yield _assemble(table, add, schema, None, add.rows)
+            return
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=stored):
+            yield _assemble(table, add, schema, pa.Table.from_batches([batch]), batch.num_rows)
+    finally:
+        source.close()
+
+
+def _assemble(table: TableMeta, add: AddFile, schema: pa.Schema, data: pa.Table | None,
+              rows: int) -> pa.Table:
+    arrays = []
+    for f in schema:
+        if f.name in table.partition_columns:
+            value = from_text(add.partition_values.get(f.name), f.type)
+            arrays.append(pa.repeat(value, rows))
+        elif data is not None and f.name in data.column_names:
+            col = data.column(f.name)
+            arrays.append(col if col.type == f.type else col.cast(f.type))
+        else:
+            arrays.append(pa.nulls(rows, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)

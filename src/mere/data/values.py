@@ -1,0 +1,89 @@
+"""Canonical text and JSON forms of typed values (partition values and statistics).
+
+Partition values are stored in the log as text: the canonical text of a value
+is what Arrow's cast to ``string`` produces (``"42"``, ``"2024-01-31"``,
+``"true"``, ``"2024-01-31 10:00:00.000000"``; ``Z`` is appended for UTC
+timestamps), and reading casts that text back to the column type.
+Statistics use JSON numbers, booleans and strings where JSON has them, and
+the canonical text for dates, timestamps and decimals.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pat
+
+#: String statistics longer than this are not recorded (they would bloat the log).
+MAX_STAT_STRING = 256
+
+
+def to_text(value: pa.Scalar) -> str | None:
+    """The canonical text of a scalar (None for null)."""
+    if not value.is_valid:
+        return None
+    if pat.is_string(value.type) or pat.is_large_string(value.type):
+        return str(value.as_py())
+    return str(pc.cast(value, pa.string()).as_py())
+
+
+def from_text(text: str | None, type_: pa.DataType) -> pa.Scalar:
+    """The scalar of ``type_`` whose canonical text is ``text``."""
+    if text is None:
+        return pa.scalar(None, type=type_)
+    if pat.is_string(type_) or pat.is_large_string(type_):
+        return pa.scalar(text, type=type_)
+    return pc.cast(pa.scalar(text), type_)
+
+
+def stat_to_json(value: pa.Scalar) -> Any:
+    """A statistic as JSON, or None if it cannot be recorded faithfully."""
+    if not value.is_valid:
+        return None
+    t = value.type
+    if pat.is_integer(t) or pat.is_boolean(t):
+        return value.as_py()
+    if pat.is_floating(t):
+        f = float(value.as_py())
+        return f if math.isfinite(f) else None
+    if pat.is_string(t) or pat.is_large_string(t):
+        s = value.as_py()
+        return s if len(s) <= MAX_STAT_STRING else None
+    if pat.is_date(t) or pat.is_timestamp(t) or pat.is_decimal(t):
+        return to_text(value)
+    return None
+
+
+def stat_from_json(value: Any, type_: pa.DataType) -> Any:
+    """A statistic decoded to the Python value ``pyarrow`` uses for ``type_``.
+
+    Returns None (unknown) for anything that does not decode.
+    """
+    if value is None:
+        return None
+    try:
+        if pat.is_integer(type_):
+            return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+        if pat.is_floating(type_):
+            return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if pat.is_boolean(type_):
+            return value if isinstance(value, bool) else None
+        if pat.is_string(type_) or pat.is_large_string(type_):
+            return value if isinstance(value, str) else None
+        if isinstance(value, str) and (pat.is_date(type_) or pat.is_timestamp(type_) or pat.is_decimal(type_)):
+            return from_text(value, type_).as_py()
+    except (pa.ArrowException, ValueError):
+        return None
+    return None
+
+
+def has_statistics(type_: pa.DataType) -> bool:
+    """Whether min/max statistics are kept for columns of this type."""
+    return bool(
+        pat.is_integer(type_) or pat.is_floating(type_) or pat.is_boolean(type_)
+        or pat.is_string(type_) or pat.is_large_string(type_) or pat.is_date(type_)
+        or pat.is_timestamp(type_) or pat.is_decimal(type_)
+    )

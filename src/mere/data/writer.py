@@ -1,0 +1,161 @@
+"""Writing a table's rows as Parquet data files of a target size, with statistics.
+
+Rows are split by partition, buffered, and written as row groups into an
+in-memory Parquet file per partition; when a file reaches the target size it
+is uploaded create-only under a fresh name and becomes an :class:`AddFile`.
+Statistics (row count, per-column min/max/null count) are computed from the
+Arrow data as it is written, so they are exact and never depend on what a
+Parquet writer chose to record.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mere.data.values import has_statistics, stat_to_json, to_text
+from mere.log.actions import AddFile, TableMeta
+from mere.names import escape_partition_value
+from mere.schema import data_columns
+from mere.storage.base import ObjectStore
+
+DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+#: Rows are buffered until this much Arrow memory, then written as one row group.
+ROW_GROUP_BYTES = 64 * 1024 * 1024
+COMPRESSION = "zstd"
+
+
+@dataclass
+class _ColumnStats:
+    min: Any = None
+    max: Any = None
+    nulls: int = 0
+    exact: bool = True  # False once a min/max could not be recorded
+
+
+@dataclass
+class _OpenFile:
+    partition_values: dict[str, str | None]
+    sink: pa.BufferOutputStream
+    writer: pq.ParquetWriter
+    pending: list[pa.Table] = field(default_factory=list)
+    pending_bytes: int = 0
+    rows: int = 0
+    stats: dict[str, _ColumnStats] = field(default_factory=dict)
+
+
+class DataFileWriter:
+    """Buffers rows of one table and writes them as Parquet data files.
+
+    ``write`` takes data already conformed to the table schema. Files are
+    uploaded as they fill up; ``finish`` writes what is left and returns
+    every file written, as add actions. Nothing is visible until a commit
+    references them.
+    """
+
+    def __init__(self, store: ObjectStore, table: TableMeta, *,
+                 target_file_size: int = DEFAULT_TARGET_FILE_SIZE) -> None:
+        self.store = store
+        self.table = table
+        self.target_file_size = target_file_size
+        self.file_schema = data_columns(table.schema, table.partition_columns)
+        self._open: dict[tuple[str | None, ...], _OpenFile] = {}
+        self.written: list[AddFile] = []
+
+    def write(self, data: pa.Table) -> None:
+        if data.num_rows == 0:
+            return
+        for values, part in self._split(data):
+            self._append(values, part.select(self.file_schema.names))
+
+    def finish(self) -> list[AddFile]:
+        """Flush every open file and return all files written so far."""
+        for key in list(self._open):
+            self._close(key)
+        return list(self.written)
+
+    def _split(self, data: pa.Table) -> list[tuple[tuple[str | None, ...], pa.Table]]:
+        cols = list(self.table.partition_columns)
+        if not cols:
+            return [((), data)]
+        indexed = data.append_column("__mere_row", pa.array(range(data.num_rows), pa.int64()))
+        groups = indexed.group_by(cols, use_threads=False).aggregate([("__mere_row", "list")])
+        out = []
+        for i in range(groups.num_rows):
+            values = tuple(to_text(groups.column(c)[i]) for c in cols)
+            rows = groups.column("__mere_row_list")[i].values
+            out.append((values, data.take(rows)))
+        return out
+
+    def _append(self, key: tuple[str | None, ...], part: pa.Table) -> None:
+        f = self._open.get(key)
+        if f is None:
+            sink = pa.BufferOutputStream()
+            f = _OpenFile(
+                partition_values=dict(zip(self.table.partition_columns, key, strict=True)),
+                sink=sink,
+                writer=pq.ParquetWriter(sink, self.file_schema, compression=COMPRESSION),
+                stats={name: _ColumnStats() for name in self.file_schema.names},
+            )
+            self._open[key] = f
+        _update_stats(f.stats, part)
+        f.pending.append(part)
+        f.pending_bytes += part.nbytes
+        f.rows += part.num_rows
+        if f.pending_bytes >= min(ROW_GROUP_BYTES, self.target_file_size):
+            self._write_row_group(f)
+            if f.sink.tell() >= self.target_file_size:
+                self._close(key)
+
+    def _write_row_group(self, f: _OpenFile) -> None:
+        if f.pending:
+            batch = pa.concat_tables(f.pending).combine_chunks()
+            f.writer.write_table(batch, row_group_size=max(batch.num_rows, 1))
+            f.pending, f.pending_bytes = [], 0
+
+    def _close(self, key: tuple[str | None, ...]) -> None:
+        f = self._open.pop(key)
+        self._write_row_group(f)
+        f.writer.close()
+        if f.rows == 0:
+            return
+        buffer = f.sink.getvalue()
+        directory = "".join(f"{c}={escape_partition_value(v)}/" for c, v in f.partition_values.items())
+        path = f"{directory}part-{uuid.uuid4().hex}.parquet"
+        self.store.put_if_absent(self.table.prefix + path, buffer)
+        self.written.append(AddFile(
+            table_id=self.table.id, path=path, size=buffer.size, rows=f.rows,
+            partition_values=f.partition_values, stats=_stats_json(f.rows, f.stats),
+            modification_time=int(time.time() * 1000),
+        ))
+
+
+def _update_stats(stats: dict[str, _ColumnStats], part: pa.Table) -> None:
+    for name, s in stats.items():
+        col = part.column(name)
+        s.nulls += col.null_count
+        if not s.exact or not has_statistics(col.type) or col.null_count == len(col):
+            continue
+        mm = pc.min_max(col)
+        lo, hi = stat_to_json(mm["min"]), stat_to_json(mm["max"])
+        if lo is None or hi is None:
+            s.exact = False
+            continue
+        lo_v, hi_v = mm["min"].as_py(), mm["max"].as_py()
+        if s.min is None or lo_v < s.min[0]:
+            s.min = (lo_v, lo)
+        if s.max is None or hi_v > s.max[0]:
+            s.max = (hi_v, hi)
+
+
+def _stats_json(rows: int, stats: dict[str, _ColumnStats]) -> dict[str, Any]:
+    mins = {n: s.min[1] for n, s in stats.items() if s.exact and s.min is not None}
+    maxs = {n: s.max[1] for n, s in stats.items() if s.exact and s.max is not None}
+    return {"numRecords": rows, "minValues": mins, "maxValues": maxs,
+            "nullCount": {n: s.nulls for n, s in stats.items()}}

@@ -1,0 +1,275 @@
+"""The entry point: a database on an object store, its snapshots, transactions and tables."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from mere.data.writer import DEFAULT_TARGET_FILE_SIZE
+from mere.errors import (
+    CorruptLog,
+    DatabaseNotFound,
+    StorageError,
+    TableNotFound,
+    VersionNotFound,
+)
+from mere.log.actions import FORMAT_VERSION, CommitInfo, DatabaseMeta, Protocol, encode_commit
+from mere.log.log import Log, PutOutcome
+from mere.names import check_table_name
+from mere.snapshot.loader import load_state
+from mere.snapshot.snapshot import Snapshot, TableSnapshot, describe_table, ms_to_datetime
+from mere.snapshot.state import DatabaseState
+from mere.storage import ObjectStore, open_store
+from mere.txn.transaction import DEFAULT_ISOLATION, DEFAULT_MAX_COMMIT_ATTEMPTS, Isolation, Transaction
+
+log = logging.getLogger("mere")
+
+DEFAULT_CHECKPOINT_INTERVAL = 100
+CHECKPOINT_INTERVAL_PROPERTY = "checkpointInterval"
+
+
+def connect(uri: str | os.PathLike[str] | ObjectStore, *, create: bool = True,
+            checkpoint_interval: int | None = None,
+            max_commit_attempts: int = DEFAULT_MAX_COMMIT_ATTEMPTS,
+            target_file_size: int = DEFAULT_TARGET_FILE_SIZE) -> Database:
+    """Open the database at ``uri``, creating it if absent (unless ``create=False``).
+
+    Args:
+        uri: a local path, ``file://`` URI, ``memory://name``, or an ObjectStore.
+        create: create an empty database when none exists at ``uri``.
+        checkpoint_interval: write a checkpoint every this many commits; stored
+            in the database when it is created (default 100).
+        max_commit_attempts: how often a commit that loses races to
+            non-conflicting commits is rebased and retried.
+        target_file_size: the size data files are cut at (bytes).
+
+    Raises:
+        DatabaseNotFound: no database at ``uri`` and ``create`` is False.
+        FormatVersionError: the database was written by a newer format.
+    """
+    store = uri if isinstance(uri, ObjectStore) else open_store(uri)
+    return Database(store, create=create, checkpoint_interval=checkpoint_interval,
+                    max_commit_attempts=max_commit_attempts, target_file_size=target_file_size)
+
+
+class Database:
+    """A mere database: one log, any number of tables, no server."""
+
+    def __init__(self, store: ObjectStore, *, create: bool = True, checkpoint_interval: int | None = None,
+                 max_commit_attempts: int = DEFAULT_MAX_COMMIT_ATTEMPTS,
+                 target_file_size: int = DEFAULT_TARGET_FILE_SIZE) -> None:
+        if checkpoint_interval is not None and checkpoint_interval < 1:
+            raise ValueError("checkpoint_interval must be at least 1")
+        self.store = store
+        self.log = Log(store)
+        self.max_commit_attempts = max_commit_attempts
+        self.target_file_size = target_file_size
+        self._lock = threading.Lock()
+        self._cached: DatabaseState | None = None
+        latest = self.log.latest_version()
+        if latest is None:
+            if not create:
+                raise DatabaseNotFound(f"no mere database at {store.uri}",
+                                       help="connect with create=True to create one")
+            self._create(checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL)
+            latest = self.log.latest_version()
+            assert latest is not None
+        self._state_at(latest)
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri
+
+    def _create(self, checkpoint_interval: int) -> None:
+        now = int(time.time() * 1000)
+        commit_id = uuid.uuid4().hex
+        info = CommitInfo(commit_id=commit_id, timestamp=now, read_version=None,
+                          isolation="serializable", operation="CREATE DATABASE")
+        actions = [Protocol(FORMAT_VERSION),
+                   DatabaseMeta(uuid.uuid4().hex, {CHECKPOINT_INTERVAL_PROPERTY: str(checkpoint_interval)}, now)]
+        # Losing this race means another client created the database at the same time: fine.
+        if self.log.put_commit(0, encode_commit(info, actions), commit_id) is PutOutcome.WON:
+            self.log.write_latest_hint(0)
+
+    # --- state -----------------------------------------------------------------
+
+    def _state_at(self, version: int) -> DatabaseState:
+        with self._lock:
+            cached = self._cached
+        state = load_state(self.log, version, cached)
+        with self._lock:
+            if self._cached is None or state.version > self._cached.version:
+                self._cached = state
+        return state
+
+    def _latest_state(self) -> DatabaseState:
+        latest = self.log.latest_version()
+        if latest is None:
+            raise DatabaseNotFound(f"the database at {self.uri} has no log any more")
+        return self._state_at(latest)
+
+    def _committed(self, state: DatabaseState) -> None:
+        """After a commit: cache the new state, update the hint, checkpoint when due."""
+        with self._lock:
+            if self._cached is None or state.version > self._cached.version:
+                self._cached = state
+        self.log.write_latest_hint(state.version)
+        if state.version % self.checkpoint_interval(state) == 0:
+            self._write_checkpoint(state)
+
+    def checkpoint_interval(self, state: DatabaseState | None = None) -> int:
+        props = (state or self._latest_state()).properties
+        try:
+            return max(1, int(props.get(CHECKPOINT_INTERVAL_PROPERTY, DEFAULT_CHECKPOINT_INTERVAL)))
+        except ValueError:
+            return DEFAULT_CHECKPOINT_INTERVAL
+
+    def _write_checkpoint(self, state: DatabaseState) -> None:
+        try:
+            self.log.write_checkpoint(state.version, state.timestamp, list(state.live_actions()))
+        except (StorageError, CorruptLog) as exc:  # the commit stands; the next one will try again
+            log.warning("could not write the checkpoint at version %d: %s", state.version, exc)
+
+    @property
+    def version(self) -> int:
+        """The latest committed version."""
+        return self._latest_state().version
+
+    def snapshot(self, version: int | None = None, timestamp: datetime | int | None = None) -> Snapshot:
+        """Every table at one version: the latest, a given version, or as of a time.
+
+        ``timestamp`` (a datetime, or ms since the epoch) selects the newest
+        version committed at or before it.
+
+        Raises:
+            VersionNotFound: the version does not exist (yet, or any more).
+        """
+        if version is not None and timestamp is not None:
+            raise ValueError("pass version or timestamp, not both")
+        latest = self._latest_state()
+        if timestamp is not None:
+            ms = int(timestamp.timestamp() * 1000) if isinstance(timestamp, datetime) else int(timestamp)
+            version = self.log.version_at_timestamp(ms, 0, latest.version)
+        if version is None:
+            return Snapshot(self.store, latest)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise ValueError(f"a version is a non-negative int, not {version!r}")
+        if version > latest.version:
+            raise VersionNotFound(f"version {version} does not exist; the latest is {latest.version}")
+        return Snapshot(self.store, self._state_at(version))
+
+    def tables(self) -> list[str]:
+        """Table names at the latest version."""
+        return self._latest_state().table_names()
+
+    def table(self, name: str) -> Table:
+        """A handle on a table at the latest version; each call on it is its own transaction.
+
+        Raises:
+            TableNotFound: no such table at the latest version.
+        """
+        if self._latest_state().table_by_name(check_table_name(name)) is None:
+            raise TableNotFound(name)
+        return Table(self, name)
+
+    def transaction(self, isolation: Isolation = DEFAULT_ISOLATION, *,
+                    max_commit_attempts: int | None = None) -> Transaction:
+        """Begin a transaction on the latest version (see :class:`Transaction`)."""
+        return Transaction(self, self._latest_state(), isolation,
+                           max_commit_attempts=max_commit_attempts or self.max_commit_attempts,
+                           target_file_size=self.target_file_size)
+
+    def create_table(self, name: str, schema: pa.Schema, *, partition_by: Sequence[str] = (),
+                     properties: dict[str, str] | None = None, if_not_exists: bool = False) -> Table:
+        """Create a table in a transaction of its own."""
+        with self.transaction() as tx:
+            tx.create_table(name, schema, partition_by=partition_by, properties=properties,
+                            if_not_exists=if_not_exists)
+        return Table(self, name)
+
+    def drop_table(self, name: str, *, if_exists: bool = False) -> None:
+        """Drop a table in a transaction of its own."""
+        with self.transaction() as tx:
+            tx.drop_table(name, if_exists=if_exists)
+
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """One entry per commit, newest first."""
+        latest = self._latest_state().version
+        first = 0 if limit is None else max(0, latest - limit + 1)
+        entries = []
+        for commit in reversed(self.log.read_commits(first, latest)):
+            info = commit.info
+            entries.append({
+                "version": commit.version,
+                "timestamp": ms_to_datetime(info.timestamp).isoformat(),
+                "operation": info.operation,
+                "parameters": info.parameters,
+                "metrics": info.metrics,
+                "isolation": info.isolation,
+                "read_version": info.read_version,
+                "commit_id": info.commit_id,
+            })
+        return entries
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<mere.Database {self.uri!r}>"
+
+
+class Table:
+    """A table by name at the latest version; each call is a one-statement transaction."""
+
+    def __init__(self, db: Database, name: str) -> None:
+        self._db = db
+        self.name = name
+
+    def _snapshot(self) -> TableSnapshot:
+        return Snapshot(self._db.store, self._db._latest_state()).table(self.name)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._snapshot().schema
+
+    @property
+    def partition_by(self) -> list[str]:
+        return self._snapshot().partition_by
+
+    def append(self, data: Any) -> int:
+        """Append rows in a transaction of their own; returns the committed version."""
+        with self._db.transaction() as tx:
+            tx.table(self.name).append(data)
+        assert tx.commit_version is not None
+        return tx.commit_version
+
+    def scan(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
+        return self._snapshot().scan(columns, filter)
+
+    def scan_batches(self, columns: Sequence[str] | None = None,
+                     filter: str | None = None) -> pa.RecordBatchReader:
+        return self._snapshot().scan_batches(columns, filter)
+
+    def describe(self) -> dict[str, Any]:
+        state = self._db._latest_state()
+        table = state.table_by_name(self.name)
+        if table is None:
+            raise TableNotFound(self.name, state.version)
+        return describe_table(table, state.version)
+
+    def __repr__(self) -> str:
+        return f"<mere.Table {self.name!r}>"

@@ -1,0 +1,202 @@
+"""Every error mere raises on purpose derives from :class:`MereError`.
+
+Errors that a user can act on carry a ``help`` sentence saying what to do.
+Conflict errors carry the winning version, the table and the reason, so a
+caller can decide whether to retry the whole transaction.
+"""
+
+from __future__ import annotations
+
+
+class MereError(Exception):
+    """Root of every error raised by mere."""
+
+    help: str = ""
+
+    def __init__(self, message: str, *, help: str | None = None) -> None:
+        super().__init__(message)
+        if help is not None:
+            self.help = help
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{base} ({self.help})" if self.help else base
+
+
+# --- storage -----------------------------------------------------------------
+
+
+class StorageError(MereError):
+    """An object-store operation failed; its effect may or may not have happened."""
+
+
+class AlreadyExists(StorageError):
+    """A create-only write found the key already present. Nothing was written."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"object already exists: {key}")
+        self.key = key
+
+
+class ObjectNotFound(StorageError):
+    """The key does not exist in the store."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"object not found: {key}")
+        self.key = key
+
+
+class InvalidKey(StorageError):
+    """A key is malformed or would escape the store's root."""
+
+
+# --- log and format ----------------------------------------------------------
+
+
+class CorruptLog(MereError):
+    """A commit or checkpoint file cannot be decoded; the message names the file."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(
+            f"corrupt log file {key}: {reason}",
+            help="the file was not written by a compatible mere; restore it from a backup "
+            "or remove the database",
+        )
+        self.key = key
+        self.reason = reason
+
+
+class FormatVersionError(MereError):
+    """The database was written by a newer format version than this mere reads."""
+
+
+class VersionNotFound(MereError):
+    """The requested version or timestamp does not exist (or was expired)."""
+
+
+class DatabaseNotFound(MereError):
+    """There is no database at the URI and creation was not requested."""
+
+
+# --- names, schemas, data ----------------------------------------------------
+
+
+class InvalidName(MereError):
+    """A table or column name is not allowed."""
+
+
+class TableNotFound(MereError):
+    """No table of that name exists at the snapshot being read."""
+
+    def __init__(self, name: str, version: int | None = None) -> None:
+        where = f" at version {version}" if version is not None else ""
+        super().__init__(f"table {name!r} does not exist{where}")
+        self.name = name
+
+
+class TableExists(MereError):
+    """A table of that name already exists."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"table {name!r} already exists")
+        self.name = name
+
+
+class SchemaMismatch(MereError):
+    """Data does not match the table's schema; nothing was written."""
+
+
+class ConstraintViolation(MereError):
+    """Data violates a NOT NULL or CHECK constraint; nothing was written."""
+
+
+class InvalidExpression(MereError):
+    """A SQL expression cannot be parsed or is not supported."""
+
+
+# --- transactions -------------------------------------------------------------
+
+
+class TransactionClosed(MereError):
+    """The transaction was already committed or aborted."""
+
+
+class ConflictError(MereError):
+    """A concurrent commit conflicts with this transaction; nothing was committed.
+
+    Attributes:
+        winning_version: the committed version that conflicts.
+        table: the table the conflict is about (None for database-wide ones).
+        reason: a short machine-readable reason.
+    """
+
+    reason = "conflict"
+    help = "re-run the transaction: it will read the new version"
+
+    def __init__(self, message: str, *, winning_version: int, table: str | None) -> None:
+        super().__init__(f"{message} (winning version {winning_version}, table {table!r})")
+        self.winning_version = winning_version
+        self.table = table
+
+
+class ConcurrentCreateTable(ConflictError):
+    """Both transactions created a table of the same name."""
+
+    reason = "concurrent_create_table"
+
+
+class ConcurrentMetadataChange(ConflictError):
+    """A concurrent commit created, dropped or changed the metadata of a table in use."""
+
+    reason = "concurrent_metadata_change"
+
+
+class ConcurrentDeleteDelete(ConflictError):
+    """Both transactions removed the same data file."""
+
+    reason = "concurrent_delete_delete"
+
+
+class ConcurrentDeleteRead(ConflictError):
+    """A concurrent commit removed a data file this transaction read."""
+
+    reason = "concurrent_delete_read"
+
+
+class ConcurrentAppend(ConflictError):
+    """A concurrent commit added data matching what this transaction read."""
+
+    reason = "concurrent_append"
+
+
+class ConcurrentTransaction(ConflictError):
+    """A concurrent commit recorded the same application transaction id."""
+
+    reason = "concurrent_app_transaction"
+
+
+class ProtocolChanged(ConflictError):
+    """A concurrent commit changed the database's format version."""
+
+    reason = "protocol_changed"
+
+
+class RetriesExhausted(ConflictError):
+    """The commit kept losing races to non-conflicting commits until the retry limit."""
+
+    reason = "retries_exhausted"
+    help = "contention is high; retry later or raise max_commit_attempts"
+
+
+class CommitOutcomeUnknown(MereError):
+    """The commit's put may or may not have landed, and reading it back failed.
+
+    The transaction's data files are kept: if the commit landed they are live.
+    """
+
+    help = "check db.history() for the commit id before retrying; no file was deleted"
+
+    def __init__(self, message: str, *, version: int, commit_id: str) -> None:
+        super().__init__(message)
+        self.version = version
+        self.commit_id = commit_id

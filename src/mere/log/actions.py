@@ -1,0 +1,335 @@
+"""The actions a commit is made of, and their newline-delimited JSON encoding.
+
+A commit file holds one JSON object per line; each object has exactly one
+key naming the action (``commitInfo``, ``protocol``, ``database``,
+``metadata``, ``add``, ``remove``, ``dropTable``, ``txn``) whose value holds
+its fields. ``commitInfo`` is always the first line. ``docs/format.md``
+specifies every field.
+
+Decoding is strict: anything malformed raises :class:`~mere.errors.CorruptLog`
+naming the file, never another exception.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from mere.errors import CorruptLog, FormatVersionError
+from mere.schema import schema_from_json, schema_to_json
+from mere.storage.base import check_key
+
+FORMAT_VERSION = 1
+ISOLATION_LEVELS = ("snapshot", "write_serializable", "serializable")
+_TABLE_ID = re.compile(r"[0-9a-f]{32}\Z")
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """Who committed what, when: always the first action of a commit."""
+
+    commit_id: str
+    timestamp: int  # milliseconds since the epoch; never below the previous commit's
+    read_version: int | None
+    isolation: str
+    operation: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    engine: str = "mere"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The format version a reader must understand to read the database."""
+
+    format_version: int
+
+
+@dataclass(frozen=True)
+class DatabaseMeta:
+    """Database-wide identity and settings (only in version 0 for now)."""
+
+    id: str
+    properties: dict[str, str]
+    created_time: int
+
+
+@dataclass(frozen=True)
+class TableMeta:
+    """A table's full metadata; the latest one per table id wins.
+
+    The first ``metadata`` action for an id creates the table.
+    """
+
+    id: str
+    name: str
+    schema: pa.Schema
+    partition_columns: tuple[str, ...]
+    properties: dict[str, str]
+    created_time: int
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix under which the table's data files live."""
+        return f"tables/{self.id}/"
+
+
+@dataclass(frozen=True)
+class AddFile:
+    """A data file that becomes part of a table.
+
+    ``path`` is relative to the table's prefix. ``partition_values`` holds
+    each partition column's canonical text (None for null). ``stats`` is the
+    JSON statistics object (``numRecords``, ``minValues``, ``maxValues``,
+    ``nullCount``), decoded against the schema only when a scan needs it.
+    """
+
+    table_id: str
+    path: str
+    size: int
+    rows: int
+    partition_values: dict[str, str | None]
+    stats: dict[str, Any] | None
+    modification_time: int
+    data_change: bool = True
+
+
+@dataclass(frozen=True)
+class RemoveFile:
+    """A data file that stops being part of a table (a tombstone for vacuum)."""
+
+    table_id: str
+    path: str
+    deletion_timestamp: int
+    data_change: bool = True
+    size: int | None = None
+    rows: int | None = None
+
+
+@dataclass(frozen=True)
+class DropTable:
+    """The table stops existing; its files are garbage once unreferenced."""
+
+    table_id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class AppTxn:
+    """An application's idempotency marker: (app_id, version) was committed."""
+
+    app_id: str
+    version: int
+    last_updated: int
+
+
+Action = Protocol | DatabaseMeta | TableMeta | AddFile | RemoveFile | DropTable | AppTxn
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A decoded commit file."""
+
+    version: int
+    info: CommitInfo
+    actions: tuple[Action, ...]
+
+
+# --- encoding ------------------------------------------------------------------
+
+
+def action_to_json(action: Action | CommitInfo) -> dict[str, Any]:
+    match action:
+        case CommitInfo():
+            return {"commitInfo": {
+                "commitId": action.commit_id, "timestamp": action.timestamp,
+                "readVersion": action.read_version, "isolation": action.isolation,
+                "operation": action.operation, "operationParameters": action.parameters,
+                "operationMetrics": action.metrics, "engine": action.engine,
+            }}
+        case Protocol():
+            return {"protocol": {"formatVersion": action.format_version}}
+        case DatabaseMeta():
+            return {"database": {"id": action.id, "properties": action.properties,
+                                 "createdTime": action.created_time}}
+        case TableMeta():
+            return {"metadata": {
+                "id": action.id, "name": action.name, "schema": schema_to_json(action.schema),
+                "partitionColumns": list(action.partition_columns),
+                "properties": action.properties, "createdTime": action.created_time,
+            }}
+        case AddFile():
+            return {"add": {
+                "tableId": action.table_id, "path": action.path, "size": action.size,
+                "rows": action.rows, "partitionValues": action.partition_values,
+                "stats": action.stats, "modificationTime": action.modification_time,
+                "dataChange": action.data_change,
+            }}
+        case RemoveFile():
+            body: dict[str, Any] = {
+                "tableId": action.table_id, "path": action.path,
+                "deletionTimestamp": action.deletion_timestamp, "dataChange": action.data_change,
+            }
+            if action.size is not None:
+                body["size"] = action.size
+            if action.rows is not None:
+                body["rows"] = action.rows
+            return {"remove": body}
+        case DropTable():
+            return {"dropTable": {"tableId": action.table_id, "name": action.name}}
+        case AppTxn():
+            return {"txn": {"appId": action.app_id, "version": action.version,
+                            "lastUpdated": action.last_updated}}
+    raise TypeError(f"not an action: {action!r}")
+
+
+def encode_commit(info: CommitInfo, actions: list[Action] | tuple[Action, ...]) -> bytes:
+    """Serialize a commit: commitInfo first, then the actions, one JSON object a line."""
+    lines = [action_to_json(info)] + [action_to_json(a) for a in actions]
+    return "".join(
+        json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
+        for obj in lines
+    ).encode()
+
+
+# --- decoding -------------------------------------------------------------------
+
+
+class _Bad(Exception):
+    """Internal: a field failed validation (turned into CorruptLog with the file name)."""
+
+
+def _get(obj: dict[str, Any], name: str, kind: type | tuple[type, ...], optional: bool = False) -> Any:
+    if name not in obj or obj[name] is None:
+        if optional:
+            return None
+        raise _Bad(f"missing field {name!r}")
+    value = obj[name]
+    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        raise _Bad(f"field {name!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _table_id(obj: dict[str, Any], name: str = "tableId") -> str:
+    value = _get(obj, name, str)
+    if not _TABLE_ID.match(value):
+        raise _Bad(f"invalid table id {value!r}")
+    return str(value)
+
+
+def _data_path(table_id: str, path: str) -> str:
+    try:
+        check_key(f"tables/{table_id}/{path}")
+    except Exception as exc:
+        raise _Bad(f"invalid data file path {path!r}: {exc}") from None
+    return path
+
+
+def _str_dict(obj: Any, what: str, allow_none: bool = False) -> dict[str, Any]:
+    if not isinstance(obj, dict) or not all(
+        isinstance(k, str) and (isinstance(v, str) or (allow_none and v is None)) for k, v in obj.items()
+    ):
+        raise _Bad(f"{what} must map names to strings")
+    return obj
+
+
+def action_from_json(obj: Any) -> Action | CommitInfo:
+    """Decode one line's object (raises _Bad on anything malformed)."""
+    if not isinstance(obj, dict) or len(obj) != 1:
+        raise _Bad("a line must be an object with exactly one action key")
+    ((kind, body),) = obj.items()
+    if not isinstance(body, dict):
+        raise _Bad(f"action {kind!r} must hold an object")
+    if kind == "commitInfo":
+        isolation = _get(body, "isolation", str)
+        if isolation not in ISOLATION_LEVELS:
+            raise _Bad(f"unknown isolation level {isolation!r}")
+        return CommitInfo(
+            commit_id=_get(body, "commitId", str), timestamp=_get(body, "timestamp", int),
+            read_version=_get(body, "readVersion", int, optional=True), isolation=isolation,
+            operation=_get(body, "operation", str),
+            parameters=_get(body, "operationParameters", dict, optional=True) or {},
+            metrics=_get(body, "operationMetrics", dict, optional=True) or {},
+            engine=_get(body, "engine", str, optional=True) or "",
+        )
+    if kind == "protocol":
+        return Protocol(_get(body, "formatVersion", int))
+    if kind == "database":
+        return DatabaseMeta(_get(body, "id", str), _str_dict(body.get("properties", {}), "properties"),
+                            _get(body, "createdTime", int))
+    if kind == "metadata":
+        try:
+            schema = schema_from_json(body.get("schema"))
+        except (ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+            raise _Bad(f"invalid schema: {exc}") from None
+        parts = _get(body, "partitionColumns", list)
+        if not all(isinstance(p, str) and p in schema.names for p in parts):
+            raise _Bad("partition columns must name columns of the schema")
+        return TableMeta(_table_id(body, "id"), _get(body, "name", str), schema, tuple(parts),
+                         _str_dict(body.get("properties", {}), "properties"), _get(body, "createdTime", int))
+    if kind == "add":
+        table_id = _table_id(body)
+        stats = _get(body, "stats", dict, optional=True)
+        return AddFile(
+            table_id=table_id, path=_data_path(table_id, _get(body, "path", str)),
+            size=_get(body, "size", int), rows=_get(body, "rows", int),
+            partition_values=_str_dict(body.get("partitionValues", {}), "partitionValues", True),
+            stats=stats, modification_time=_get(body, "modificationTime", int),
+            data_change=bool(_get(body, "dataChange", bool, optional=True) is not False),
+        )
+    if kind == "remove":
+        table_id = _table_id(body)
+        return RemoveFile(
+            table_id=table_id, path=_data_path(table_id, _get(body, "path", str)),
+            deletion_timestamp=_get(body, "deletionTimestamp", int),
+            data_change=bool(_get(body, "dataChange", bool, optional=True) is not False),
+            size=_get(body, "size", int, optional=True), rows=_get(body, "rows", int, optional=True),
+        )
+    if kind == "dropTable":
+        return DropTable(_table_id(body), _get(body, "name", str))
+    if kind == "txn":
+        return AppTxn(_get(body, "appId", str), _get(body, "version", int), _get(body, "lastUpdated", int))
+    raise _Bad(f"unknown action {kind!r}")
+
+
+def decode_commit(key: str, version: int, data: bytes) -> Commit:
+    """Parse a commit file; raises CorruptLog naming ``key`` on any defect.
+
+    Raises:
+        CorruptLog: truncated, garbled, or structurally invalid content.
+        FormatVersionError: the commit declares a newer format version.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptLog(key, f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if not text.endswith("\n"):
+        raise CorruptLog(key, "truncated: the last line has no newline")
+    lines = text[:-1].split("\n")
+    decoded: list[Action | CommitInfo] = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            decoded.append(action_from_json(json.loads(line)))
+        except (_Bad, ValueError, RecursionError) as exc:
+            raise CorruptLog(key, f"line {number}: {exc}") from None
+    info = decoded[0]
+    if not isinstance(info, CommitInfo):
+        raise CorruptLog(key, "the first line must be commitInfo")
+    actions: list[Action] = []
+    for a in decoded[1:]:
+        if isinstance(a, CommitInfo):
+            raise CorruptLog(key, "more than one commitInfo")
+        if isinstance(a, Protocol) and a.format_version > FORMAT_VERSION:
+            raise FormatVersionError(
+                f"the database uses format version {a.format_version} (in {key}); this mere "
+                f"reads format versions up to {FORMAT_VERSION}",
+                help="upgrade mere to read this database",
+            )
+        actions.append(a)
+    if version == 0 and not any(isinstance(a, Protocol) for a in actions):
+        raise CorruptLog(key, "version 0 must carry a protocol action")
+    return Commit(version, info, tuple(actions))

@@ -1,0 +1,232 @@
+"""The database-wide log on an object store: discovery, reads and create-only commits.
+
+The log is the only shared mutable state, and it only grows by creating new
+objects. Finding the latest version is O(1) requests in the common case: read
+the best-effort ``_log/_latest`` hint and probe forward until a version does
+not exist; listing with a start-after key is the fallback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
+
+from mere.errors import (
+    AlreadyExists,
+    CommitOutcomeUnknown,
+    CorruptLog,
+    ObjectNotFound,
+    StorageError,
+    VersionNotFound,
+)
+from mere.log.actions import Action, Commit, decode_commit
+from mere.log.checkpoint import CheckpointData, decode_checkpoint, encode_checkpoint
+from mere.log.keys import (
+    CHECKPOINT_HINT,
+    LATEST_HINT,
+    LOG_PREFIX,
+    checkpoint_key,
+    commit_key,
+    parse_log_key,
+)
+from mere.storage.base import ObjectStore
+
+log = logging.getLogger("mere.log")
+
+#: Forward probes before falling back to a listing (a very stale hint).
+MAX_PROBES = 16
+#: How often an ambiguous commit put is re-tried with the same bytes.
+AMBIGUOUS_PUT_ATTEMPTS = 3
+
+
+class PutOutcome(Enum):
+    """What a create-only commit attempt established."""
+
+    WON = "won"  # our bytes are at that version
+    LOST = "lost"  # another commit is at that version
+
+
+class Log:
+    """Reads and writes one database's log through an object store."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+    # --- discovery -------------------------------------------------------------
+
+    def latest_version(self) -> int | None:
+        """The newest committed version, or None if the database does not exist."""
+        start = self._read_hint(LATEST_HINT)
+        if start is None or not self.store.exists(commit_key(start)):
+            return self._latest_by_listing(None)
+        version = start
+        for _ in range(MAX_PROBES):
+            if not self.store.exists(commit_key(version + 1)):
+                return version
+            version += 1
+        return self._latest_by_listing(version)
+
+    def _latest_by_listing(self, known: int | None) -> int | None:
+        after = commit_key(known) if known is not None else None
+        latest = known
+        for meta in self.store.list(LOG_PREFIX, start_after=after):
+            parsed = parse_log_key(meta.key)
+            if parsed and parsed[1] == "commit" and (latest is None or parsed[0] > latest):
+                latest = parsed[0]
+        return latest
+
+    def _read_hint(self, key: str) -> int | None:
+        """A hint's version, or None when it is missing or unreadable (hints are never trusted)."""
+        try:
+            value = json.loads(self.store.get(key))["version"]
+        except (ObjectNotFound, StorageError, ValueError, KeyError, TypeError):
+            return None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    def write_latest_hint(self, version: int) -> None:
+        """Best effort: a failure only makes the next reader probe a little further."""
+        self._write_hint(LATEST_HINT, version)
+
+    def _write_hint(self, key: str, version: int) -> None:
+        try:
+            self.store.put(key, json.dumps({"version": version}).encode())
+        except StorageError as exc:
+            log.debug("could not write hint %s: %s", key, exc)
+
+    # --- commits ---------------------------------------------------------------
+
+    def read_commit(self, version: int) -> Commit:
+        """Decode one commit.
+
+        Raises:
+            VersionNotFound: no commit at that version.
+            CorruptLog: the file cannot be decoded.
+        """
+        key = commit_key(version)
+        try:
+            data = self.store.get(key)
+        except ObjectNotFound:
+            raise VersionNotFound(f"version {version} does not exist") from None
+        return decode_commit(key, version, data)
+
+    def read_commits(self, first: int, last: int) -> list[Commit]:
+        """Commits ``first..last`` inclusive, in order (fetched concurrently when many)."""
+        versions = range(first, last + 1)
+        if len(versions) <= 4:
+            return [self.read_commit(v) for v in versions]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            return list(pool.map(self.read_commit, versions))
+
+    def put_commit(self, version: int, data: bytes, commit_id: str) -> PutOutcome:
+        """Create the commit file for ``version`` and establish whether it is ours.
+
+        "Already exists" and errors of unknown outcome are both resolved by
+        reading the version back and comparing commit ids (client libraries
+        retry on their own, so a create that landed can be reported as
+        existing). An unconfirmed put is re-sent with the same bytes, which
+        is safe because the commit id makes it idempotent.
+
+        Raises:
+            CommitOutcomeUnknown: neither the put nor the read-back could
+                establish the outcome.
+        """
+        key = commit_key(version)
+        last_error: Exception | None = None
+        for _ in range(AMBIGUOUS_PUT_ATTEMPTS):
+            try:
+                self.store.put_if_absent(key, data)
+                return PutOutcome.WON
+            except AlreadyExists:
+                pass
+            except StorageError as exc:
+                last_error = exc
+            try:
+                existing = self.store.get(key)
+            except ObjectNotFound:
+                continue  # did not land (yet): send the same bytes again
+            except StorageError as exc:
+                raise CommitOutcomeUnknown(
+                    f"could not establish whether the commit of version {version} landed: {exc}",
+                    version=version, commit_id=commit_id,
+                ) from exc
+            return PutOutcome.WON if _commit_id_of(existing) == commit_id else PutOutcome.LOST
+        raise CommitOutcomeUnknown(
+            f"the commit of version {version} neither landed nor failed definitely "
+            f"after {AMBIGUOUS_PUT_ATTEMPTS} attempts: {last_error}",
+            version=version, commit_id=commit_id,
+        )
+
+    def commit_timestamp(self, version: int) -> int:
+        return self.read_commit(version).info.timestamp
+
+    def version_at_timestamp(self, timestamp_ms: int, oldest: int, latest: int) -> int:
+        """The newest version committed at or before ``timestamp_ms`` (binary search).
+
+        Commit timestamps never go backwards, so the search is exact.
+
+        Raises:
+            VersionNotFound: every readable version is newer than the timestamp.
+        """
+        if self.commit_timestamp(oldest) > timestamp_ms:
+            raise VersionNotFound(
+                f"no version was committed at or before {timestamp_ms} ms; the oldest "
+                f"readable version is {oldest}"
+            )
+        lo, hi = oldest, latest
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.commit_timestamp(mid) <= timestamp_ms:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    # --- checkpoints -----------------------------------------------------------
+
+    def checkpoint_at_or_below(self, version: int) -> int | None:
+        """The newest checkpoint version ``<= version``, or None."""
+        hinted = self._read_hint(CHECKPOINT_HINT)
+        if hinted is not None and hinted <= version and self.store.exists(checkpoint_key(hinted)):
+            # A stale hint only costs extra replay; the listing below is for a
+            # missing hint or a target older than it (time travel).
+            return hinted
+        best = None
+        for meta in self.store.list(LOG_PREFIX):
+            parsed = parse_log_key(meta.key)
+            if parsed and parsed[1] == "checkpoint" and parsed[0] <= version:
+                best = parsed[0] if best is None else max(best, parsed[0])
+        return best
+
+    def read_checkpoint(self, version: int) -> CheckpointData:
+        key = checkpoint_key(version)
+        try:
+            data = self.store.get(key)
+        except ObjectNotFound:
+            raise VersionNotFound(f"no checkpoint at version {version}") from None
+        checkpoint = decode_checkpoint(key, data)
+        if checkpoint.version != version:
+            raise CorruptLog(key, f"claims version {checkpoint.version}")
+        return checkpoint
+
+    def write_checkpoint(self, version: int, timestamp: int, actions: list[Action]) -> bool:
+        """Create the checkpoint for ``version``; False if one already exists."""
+        try:
+            self.store.put_if_absent(checkpoint_key(version), encode_checkpoint(version, timestamp, actions))
+        except AlreadyExists:
+            return False
+        hinted = self._read_hint(CHECKPOINT_HINT)
+        if hinted is None or hinted < version:
+            self._write_hint(CHECKPOINT_HINT, version)
+        return True
+
+
+def _commit_id_of(data: bytes) -> str | None:
+    """The commit id on a commit file's first line, or None if it has none."""
+    try:
+        first = json.loads(data.split(b"\n", 1)[0])
+        commit_id = first["commitInfo"]["commitId"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return commit_id if isinstance(commit_id, str) else None

@@ -1,0 +1,268 @@
+"""Table schemas: their JSON form in the log, and conforming user data to them.
+
+A schema is stored as ``{"fields": [field, ...]}`` where a field is
+``{"name": str, "type": type, "nullable": bool}`` (plus ``"metadata"`` when
+the Arrow field has any). A type is either a string naming a primitive Arrow
+type (``"int64"``, ``"string"``, ``"timestamp[us, tz=UTC]"``,
+``"decimal128(10, 2)"``, ...) or an object for nested types:
+``{"type": "list", "item": field}``, ``{"type": "struct", "fields": [...]}``,
+``{"type": "map", "key": field, "value": field}``. ``docs/format.md`` lists
+every primitive spelling.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.types as pat
+
+from mere.errors import ConstraintViolation, InvalidName, SchemaMismatch
+from mere.names import check_column_name, name_key
+
+_PRIMITIVES: dict[str, pa.DataType] = {
+    "null": pa.null(),
+    "bool": pa.bool_(),
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "uint8": pa.uint8(),
+    "uint16": pa.uint16(),
+    "uint32": pa.uint32(),
+    "uint64": pa.uint64(),
+    "float16": pa.float16(),
+    "float32": pa.float32(),
+    "float64": pa.float64(),
+    "string": pa.string(),
+    "large_string": pa.large_string(),
+    "binary": pa.binary(),
+    "large_binary": pa.large_binary(),
+    "date32": pa.date32(),
+    "date64": pa.date64(),
+}
+_NAMES = {str(t): name for name, t in _PRIMITIVES.items()}
+_TIMESTAMP = re.compile(r"timestamp\[(s|ms|us|ns)(?:, tz=([^\]]+))?\]\Z")
+_TIME = re.compile(r"time(32|64)\[(s|ms|us|ns)\]\Z")
+_DURATION = re.compile(r"duration\[(s|ms|us|ns)\]\Z")
+_DECIMAL = re.compile(r"decimal(128|256)\((\d+), (-?\d+)\)\Z")
+_FIXED = re.compile(r"fixed_size_binary\[(\d+)\]\Z")
+
+
+def type_to_json(t: pa.DataType) -> Any:
+    """Encode an Arrow type in the log's JSON form."""
+    if pat.is_list(t) or pat.is_large_list(t):
+        return {"type": "list" if pat.is_list(t) else "large_list", "item": field_to_json(t.value_field)}
+    if pat.is_struct(t):
+        return {"type": "struct", "fields": [field_to_json(t.field(i)) for i in range(t.num_fields)]}
+    if pat.is_map(t):
+        return {"type": "map", "key": field_to_json(t.key_field), "value": field_to_json(t.item_field)}
+    if pat.is_dictionary(t):
+        return type_to_json(t.value_type)
+    text = str(t)
+    if text in _NAMES or _TIMESTAMP.match(text) or _TIME.match(text) or _DURATION.match(text):
+        return text
+    if _DECIMAL.match(text) or _FIXED.match(text):
+        return text
+    raise SchemaMismatch(f"unsupported column type {t}")
+
+
+def type_from_json(obj: Any) -> pa.DataType:
+    """Decode a type from the log's JSON form (ValueError on anything unknown)."""
+    if isinstance(obj, str):
+        if obj in _PRIMITIVES:
+            return _PRIMITIVES[obj]
+        if m := _TIMESTAMP.match(obj):
+            return pa.timestamp(m.group(1), tz=m.group(2))
+        if m := _TIME.match(obj):
+            return pa.time32(m.group(2)) if m.group(1) == "32" else pa.time64(m.group(2))
+        if m := _DURATION.match(obj):
+            return pa.duration(m.group(1))
+        if m := _DECIMAL.match(obj):
+            make = pa.decimal128 if m.group(1) == "128" else pa.decimal256
+            return make(int(m.group(2)), int(m.group(3)))
+        if m := _FIXED.match(obj):
+            return pa.binary(int(m.group(1)))
+        raise ValueError(f"unknown type {obj!r}")
+    if isinstance(obj, dict):
+        kind = obj.get("type")
+        if kind == "list":
+            return pa.list_(field_from_json(obj["item"]))
+        if kind == "large_list":
+            return pa.large_list(field_from_json(obj["item"]))
+        if kind == "struct":
+            return pa.struct([field_from_json(f) for f in obj["fields"]])
+        if kind == "map":
+            key, value = field_from_json(obj["key"]), field_from_json(obj["value"])
+            return pa.map_(key, value)
+    raise ValueError(f"unknown type {obj!r}")
+
+
+def field_to_json(f: pa.Field) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": f.name, "type": type_to_json(f.type), "nullable": f.nullable}
+    if f.metadata:
+        out["metadata"] = {k.decode(): v.decode() for k, v in f.metadata.items()}
+    return out
+
+
+def field_from_json(obj: Any) -> pa.Field:
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        raise ValueError(f"invalid field {obj!r}")
+    nullable = obj.get("nullable", True)
+    if not isinstance(nullable, bool):
+        raise ValueError(f"invalid nullable flag in field {obj['name']!r}")
+    return pa.field(obj["name"], type_from_json(obj.get("type")), nullable, obj.get("metadata"))
+
+
+def schema_to_json(schema: pa.Schema) -> dict[str, Any]:
+    return {"fields": [field_to_json(f) for f in schema]}
+
+
+def schema_from_json(obj: Any) -> pa.Schema:
+    if not isinstance(obj, dict) or not isinstance(obj.get("fields"), list):
+        raise ValueError("schema must be an object with a 'fields' list")
+    return pa.schema([field_from_json(f) for f in obj["fields"]])
+
+
+_PARTITION_TYPES = (pat.is_integer, pat.is_string, pat.is_large_string, pat.is_date, pat.is_boolean,
+                    pat.is_timestamp, pat.is_decimal)
+
+
+def normalize_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schema:
+    """Check a new table's schema and partition columns; return the stored form.
+
+    Dictionary types are stored as their value type and field names are
+    checked (non-empty, unique ignoring case). Partition columns must exist,
+    be identifiers, and have a type with a canonical text form.
+    """
+    if not isinstance(schema, pa.Schema):
+        raise SchemaMismatch(f"a table schema must be a pyarrow.Schema, not {type(schema).__name__}")
+    if len(schema) == 0:
+        raise SchemaMismatch("a table needs at least one column")
+    seen: dict[str, str] = {}
+    fields = []
+    for f in schema:
+        check_column_name(f.name)
+        if name_key(f.name) in seen:
+            raise InvalidName(f"duplicate column name {f.name!r} (names are unique ignoring case)")
+        seen[name_key(f.name)] = f.name
+        t = f.type.value_type if pat.is_dictionary(f.type) else f.type
+        type_to_json(t)  # raises for unsupported types
+        fields.append(pa.field(f.name, t, f.nullable, f.metadata))
+    if len(set(partition_by)) != len(partition_by):
+        raise SchemaMismatch(f"duplicate partition column in {list(partition_by)}")
+    names = [f.name for f in fields]
+    for col in partition_by:
+        check_column_name(col, partition=True)
+        if col not in names:
+            raise SchemaMismatch(f"partition column {col!r} is not in the schema {names}")
+        t = schema.field(col).type
+        if not any(pred(t) for pred in _PARTITION_TYPES):
+            raise SchemaMismatch(f"partition column {col!r} has type {t}, which cannot partition")
+    if len(partition_by) == len(fields):
+        raise SchemaMismatch("a table needs at least one column that is not a partition column")
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def _family(t: pa.DataType) -> str:
+    if pat.is_integer(t) or pat.is_floating(t) or pat.is_decimal(t):
+        return "number"
+    if pat.is_string(t) or pat.is_large_string(t) or getattr(pat, "is_string_view", lambda _: False)(t):
+        return "string"
+    if pat.is_binary(t) or pat.is_large_binary(t) or pat.is_fixed_size_binary(t):
+        return "binary"
+    if pat.is_timestamp(t) or pat.is_date(t):
+        return "datetime"
+    if pat.is_null(t):
+        return "null"
+    return str(t)
+
+
+def to_arrow_table(data: Any, schema: pa.Schema) -> pa.Table:
+    """Turn any supported input into a ``pyarrow.Table`` (without validating it)."""
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    if isinstance(data, list):
+        return _table_from_rows(data, schema)
+    if type(data).__module__.startswith("pandas") and type(data).__name__ == "DataFrame":
+        return pa.Table.from_pandas(data, preserve_index=False)
+    raise SchemaMismatch(
+        f"cannot append a {type(data).__name__}: pass a pyarrow Table, RecordBatch, "
+        "RecordBatchReader, pandas DataFrame or a list of dicts"
+    )
+
+
+def _table_from_rows(rows: list[Any], schema: pa.Schema) -> pa.Table:
+    names = set(schema.names)
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise SchemaMismatch(f"row {i} is a {type(row).__name__}, not a dict")
+        extra = set(row) - names
+        if extra:
+            raise SchemaMismatch(f"row {i} has columns not in the schema: {sorted(extra)}")
+    try:
+        return pa.Table.from_pylist(rows, schema=schema.remove_metadata())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+        raise SchemaMismatch(f"rows do not match the schema: {exc}") from None
+
+
+def conform(data: pa.Table, schema: pa.Schema, *, what: str = "data") -> pa.Table:
+    """Return ``data`` with exactly the table's columns, order and types.
+
+    Columns are matched by name (exact, then ignoring case); missing or extra
+    columns are a :class:`SchemaMismatch`. Values are cast only when the cast
+    is lossless and stays within a type family (a narrower integer into a
+    wider one, ``large_string`` into ``string``, nanoseconds that are whole
+    microseconds); anything else — text into a number, an overflow — is a
+    mismatch. Nulls in a NOT NULL column raise :class:`ConstraintViolation`.
+    """
+    by_key = {name_key(n): n for n in data.column_names}
+    if len(by_key) != data.num_columns:
+        raise SchemaMismatch(f"{what} has duplicate column names: {data.column_names}")
+    missing = [f.name for f in schema if f.name not in data.column_names and name_key(f.name) not in by_key]
+    expected = {name_key(f.name) for f in schema}
+    extra = [n for n in data.column_names if name_key(n) not in expected]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing columns {missing}")
+        if extra:
+            parts.append(f"columns not in the table {extra}")
+        raise SchemaMismatch(f"{what} does not match the table schema: {', '.join(parts)}",
+                             help="append(..., schema_mode='merge') to add new columns is not built yet")
+    columns = []
+    for f in schema:
+        source = f.name if f.name in data.column_names else by_key[name_key(f.name)]
+        columns.append(_conform_column(data.column(source), f, what))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _conform_column(col: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedArray:
+    if pat.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    if col.type != f.type:
+        if _family(col.type) not in (_family(f.type), "null"):
+            raise SchemaMismatch(f"column {f.name!r} of {what} has type {col.type}, the table has {f.type}")
+        try:
+            col = col.cast(f.type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise SchemaMismatch(
+                f"column {f.name!r} of {what} ({col.type}) cannot be stored as {f.type} without loss: {exc}"
+            ) from None
+    if not f.nullable and col.null_count:
+        raise ConstraintViolation(
+            f"column {f.name!r} is NOT NULL but {what} has {col.null_count} null value(s)"
+        )
+    return col
+
+
+def data_columns(schema: pa.Schema, partition_by: Iterable[str]) -> pa.Schema:
+    """The part of the schema stored inside data files (everything but partition columns)."""
+    skip = set(partition_by)
+    return pa.schema([f for f in schema if f.name not in skip])

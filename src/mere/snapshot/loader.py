@@ -1,0 +1,45 @@
+"""Building the database state at a version: from a checkpoint, or from a newer-than-nothing cache."""
+
+from __future__ import annotations
+
+from mere.errors import VersionNotFound
+from mere.log.log import Log
+from mere.snapshot.state import DatabaseState
+
+#: Replay from a cached state when it is at most this many versions behind.
+MAX_INCREMENTAL_REPLAY = 1000
+
+
+def load_state(log: Log, version: int, cached: DatabaseState | None = None) -> DatabaseState:
+    """The state at ``version``, replaying as few commits as it can.
+
+    Uses ``cached`` when it is at or not far below the target, else the newest
+    checkpoint at or below the target, else replays from version 0.
+
+    Raises:
+        VersionNotFound: a commit needed for the replay does not exist.
+        CorruptLog: a commit or checkpoint cannot be decoded.
+    """
+    if cached is not None and cached.version == version:
+        return cached
+    if cached is not None and 0 <= version - cached.version <= MAX_INCREMENTAL_REPLAY:
+        return replay(log, cached, version)
+    checkpoint = log.checkpoint_at_or_below(version)
+    if checkpoint is not None:
+        return replay(log, DatabaseState.from_checkpoint(log.read_checkpoint(checkpoint)), version)
+    try:
+        first = log.read_commit(0)
+    except VersionNotFound:
+        raise VersionNotFound(
+            f"version {version} cannot be rebuilt: version 0 is missing and no checkpoint "
+            f"at or below {version} exists"
+        ) from None
+    return replay(log, DatabaseState.initial(first), version)
+
+
+def replay(log: Log, state: DatabaseState, version: int) -> DatabaseState:
+    """Apply commits ``state.version + 1 .. version`` to ``state``."""
+    if version > state.version:
+        for commit in log.read_commits(state.version + 1, version):
+            state = state.apply(commit)
+    return state

@@ -1,0 +1,130 @@
+"""Scanning a table: choose the files a filter may match, read them, filter the rows.
+
+One parsed expression serves both steps: partition values and per-file
+min/max/null-count statistics rule files out without opening them, and the
+same expression, compiled to pyarrow compute, filters the rows that remain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from mere import expr as sqlexpr
+from mere.data.reader import iter_file, read_file
+from mere.data.values import from_text, stat_from_json
+from mere.errors import InvalidExpression, SchemaMismatch
+from mere.log.actions import AddFile, TableMeta
+from mere.storage.base import ObjectStore
+
+#: Files read concurrently by a scan (pyarrow releases the GIL while decoding).
+READ_THREADS = 8
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """What a scan reads: the output columns, the bound filter, and the columns both need."""
+
+    table: TableMeta
+    columns: list[str]
+    predicate: sqlexpr.Expr | None
+    read_columns: list[str]
+
+    def matches(self, add: AddFile) -> bool:
+        """False when the file cannot hold a row matching the filter."""
+        if self.predicate is None:
+            return True
+        return sqlexpr.may_match(self.predicate, file_ranges(self.table, add), add.rows)
+
+    def select(self, files: Iterable[AddFile]) -> list[AddFile]:
+        return [f for f in files if self.matches(f)]
+
+
+def plan_scan(table: TableMeta, columns: Sequence[str] | None, filter: str | None) -> ScanPlan:
+    """Resolve the requested columns and parse and bind the filter.
+
+    Raises:
+        SchemaMismatch: a requested column does not exist.
+        InvalidExpression: the filter cannot be parsed, is not boolean, or
+            names an unknown column.
+    """
+    names = table.schema.names
+    if columns is None:
+        out = list(names)
+    else:
+        if isinstance(columns, str):
+            raise SchemaMismatch("columns must be a list of column names, not a string")
+        unknown = [c for c in columns if c not in names]
+        if unknown:
+            raise SchemaMismatch(f"unknown column(s) {unknown} in table {table.name!r}; it has {names}")
+        out = list(columns)
+    predicate = None
+    if filter is not None:
+        predicate = sqlexpr.bind(sqlexpr.parse(filter), table.schema)
+        if not sqlexpr.is_boolean(predicate):
+            raise InvalidExpression(f"filter {filter!r} is not a boolean expression")
+    needed = set(out) | (sqlexpr.referenced_columns(predicate) if predicate is not None else set())
+    read_columns = [n for n in names if n in needed]
+    return ScanPlan(table, out, predicate, read_columns)
+
+
+def file_ranges(table: TableMeta, add: AddFile) -> dict[str, sqlexpr.ColumnRange]:
+    """What the log knows about each column of one file, for data skipping."""
+    ranges: dict[str, sqlexpr.ColumnRange] = {}
+    for col in table.partition_columns:
+        text = add.partition_values.get(col)
+        value = None if text is None else from_text(text, table.schema.field(col).type).as_py()
+        ranges[col] = sqlexpr.ColumnRange(value, value, add.rows if value is None else 0, add.rows)
+    stats = add.stats or {}
+    mins, maxs, nulls = stats.get("minValues") or {}, stats.get("maxValues") or {}, stats.get("nullCount") or {}
+    for f in table.schema:
+        if f.name in ranges:
+            continue
+        null_count = nulls.get(f.name)
+        ranges[f.name] = sqlexpr.ColumnRange(
+            stat_from_json(mins.get(f.name), f.type),
+            stat_from_json(maxs.get(f.name), f.type),
+            null_count if isinstance(null_count, int) and not isinstance(null_count, bool) else None,
+            add.rows,
+        )
+    return ranges
+
+
+def _finish(plan: ScanPlan, data: pa.Table) -> pa.Table:
+    if plan.predicate is not None:
+        data = data.filter(sqlexpr.to_arrow(plan.predicate))
+    return data.select(plan.columns)
+
+
+def output_schema(plan: ScanPlan) -> pa.Schema:
+    return pa.schema([plan.table.schema.field(c) for c in plan.columns])
+
+
+def scan_files(store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile]) -> pa.Table:
+    """Read and filter ``files`` (already selected by the plan) into one table."""
+    def one(add: AddFile) -> pa.Table:
+        return _finish(plan, read_file(store, plan.table, add, plan.read_columns))
+
+    if not files:
+        return output_schema(plan).empty_table()
+    if len(files) == 1:
+        parts = [one(files[0])]
+    else:
+        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(files))) as pool:
+            parts = list(pool.map(one, files))
+    return pa.concat_tables(parts)
+
+
+def scan_batches(store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile]) -> pa.RecordBatchReader:
+    """Stream ``files`` as record batches, one bounded piece at a time."""
+    schema = output_schema(plan)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for add in files:
+            for piece in iter_file(store, plan.table, add, plan.read_columns):
+                yield from _finish(plan, piece).to_batches()
+
+    return pa.RecordBatchReader.from_batches(schema, batches())

@@ -1,0 +1,123 @@
+"""Read-only views of the database at one version."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from mere.errors import TableNotFound
+from mere.log.actions import AddFile
+from mere.names import check_table_name
+from mere.snapshot.scan import plan_scan, scan_batches, scan_files
+from mere.snapshot.state import DatabaseState, TableState
+from mere.storage.base import ObjectStore
+
+
+def ms_to_datetime(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+class Snapshot:
+    """Every table of the database as of one committed version.
+
+    A snapshot never changes: later commits are invisible to it. Every table
+    read through one snapshot is at the same version.
+    """
+
+    def __init__(self, store: ObjectStore, state: DatabaseState) -> None:
+        self._store = store
+        self._state = state
+
+    @property
+    def version(self) -> int:
+        return self._state.version
+
+    @property
+    def timestamp(self) -> datetime:
+        """When this version was committed (UTC)."""
+        return ms_to_datetime(self._state.timestamp)
+
+    def tables(self) -> list[str]:
+        """Table names at this version, sorted."""
+        return self._state.table_names()
+
+    def has_table(self, name: str) -> bool:
+        return self._state.table_by_name(check_table_name(name)) is not None
+
+    def table(self, name: str) -> TableSnapshot:
+        """Raises TableNotFound if no such table exists at this version."""
+        state = self._state.table_by_name(check_table_name(name))
+        if state is None:
+            raise TableNotFound(name, self.version)
+        return TableSnapshot(self._store, state, self.version)
+
+    def app_version(self, app_id: str) -> int | None:
+        """The last version an application recorded with ``app_id`` (idempotent writes)."""
+        txn = self._state.app_txns.get(app_id)
+        return None if txn is None else txn.version
+
+    def __repr__(self) -> str:
+        return f"<Snapshot version={self.version} tables={len(self._state.tables)}>"
+
+
+class TableSnapshot:
+    """One table at one version."""
+
+    def __init__(self, store: ObjectStore, state: TableState, version: int) -> None:
+        self._store = store
+        self._state = state
+        self.version = version
+
+    @property
+    def name(self) -> str:
+        return self._state.meta.name
+
+    @property
+    def id(self) -> str:
+        return self._state.meta.id
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._state.meta.schema
+
+    @property
+    def partition_by(self) -> list[str]:
+        return list(self._state.meta.partition_columns)
+
+    @property
+    def files(self) -> list[AddFile]:
+        return list(self._state.files.values())
+
+    def scan(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
+        """Rows matching the SQL ``filter`` (all rows if None), as one Arrow table."""
+        plan = plan_scan(self._state.meta, columns, filter)
+        return scan_files(self._store, plan, plan.select(self._state.files.values()))
+
+    def scan_batches(self, columns: Sequence[str] | None = None,
+                     filter: str | None = None) -> pa.RecordBatchReader:
+        """The same rows as :meth:`scan`, streamed with bounded memory."""
+        plan = plan_scan(self._state.meta, columns, filter)
+        return scan_batches(self._store, plan, plan.select(self._state.files.values()))
+
+    def describe(self) -> dict[str, Any]:
+        return describe_table(self._state, self.version)
+
+
+def describe_table(state: TableState, version: int) -> dict[str, Any]:
+    """A JSON-friendly description of a table (for ``describe`` and the CLI)."""
+    meta = state.meta
+    return {
+        "name": meta.name,
+        "id": meta.id,
+        "version": version,
+        "created": ms_to_datetime(meta.created_time).isoformat(),
+        "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in meta.schema],
+        "partition_by": list(meta.partition_columns),
+        "properties": dict(meta.properties),
+        "files": len(state.files),
+        "rows": state.rows,
+        "size_bytes": state.size,
+    }

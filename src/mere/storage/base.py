@@ -1,0 +1,143 @@
+"""The object-store contract every backend honours.
+
+mere coordinates writers through a single primitive, an atomic create-only
+write (:meth:`ObjectStore.put_if_absent`). Every backend must give:
+
+* **Atomic create-only put.** ``put_if_absent`` either creates the object with
+  its full contents or raises :class:`~mere.errors.AlreadyExists` and changes
+  nothing. Of several concurrent creators of one key, exactly one succeeds. A
+  reader never observes a partially written object under its final key, even
+  if the writing process is killed at any instruction.
+* **Read-after-write consistency.** Once a put returns, every ``get``, ``head``
+  and ``list`` from any client sees the object.
+* **Ordered listing.** ``list`` yields keys in ascending byte order, so the
+  zero-padded commit names come back in version order.
+
+Keys are relative, ``/``-separated paths (``_log/00000000000000000007.json``).
+They never start or end with ``/``, never contain empty, ``.`` or ``..``
+segments, backslashes or NUL: :func:`check_key` enforces that, so no key can
+name anything outside the store's root.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from mere.errors import InvalidKey, ObjectNotFound
+
+MAX_KEY_LENGTH = 1024
+
+
+@dataclass(frozen=True)
+class ObjectMeta:
+    """What ``head`` and ``list`` report about one object."""
+
+    key: str
+    size: int
+    modified: float  # seconds since the epoch (UTC), as the store reports it
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it is a well-formed relative key, else raise InvalidKey."""
+    if not isinstance(key, str) or not key:
+        raise InvalidKey(f"invalid object key {key!r}: must be a non-empty string")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidKey(f"invalid object key: longer than {MAX_KEY_LENGTH} characters")
+    if "\x00" in key or "\\" in key:
+        raise InvalidKey(f"invalid object key {key!r}: contains NUL or backslash")
+    for segment in key.split("/"):
+        if segment in ("", ".", ".."):
+            raise InvalidKey(
+                f"invalid object key {key!r}: empty, '.' or '..' segment "
+                "(keys are relative and may not escape the database root)"
+            )
+    return key
+
+
+def check_prefix(prefix: str) -> str:
+    """Validate a listing prefix: empty, or a key optionally ending with ``/``."""
+    if prefix == "":
+        return prefix
+    check_key(prefix[:-1] if prefix.endswith("/") else prefix)
+    return prefix
+
+
+class ObjectStore(abc.ABC):
+    """A flat namespace of immutable-by-convention objects under one root."""
+
+    #: The URI this store was opened from (never contains credentials).
+    uri: str
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes | memoryview | pa.Buffer) -> None:
+        """Create ``key`` holding ``data``, atomically, only if it does not exist.
+
+        Raises:
+            AlreadyExists: the key exists; the existing object is unchanged.
+            StorageError: the outcome is unknown (the object may or may not have
+                been created); callers that must know read the key back.
+        """
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes | memoryview | pa.Buffer) -> None:
+        """Create or replace ``key`` atomically (readers see old or new bytes).
+
+        Only used for hints, which are never trusted for correctness; a backend
+        need not make an overwrite durable before returning.
+        """
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """Return the object's bytes.
+
+        Raises:
+            ObjectNotFound: the key does not exist.
+            StorageError: any other failure.
+        """
+
+    @abc.abstractmethod
+    def head(self, key: str) -> ObjectMeta:
+        """Return the object's metadata.
+
+        Raises:
+            ObjectNotFound: the key does not exist.
+        """
+
+    def exists(self, key: str) -> bool:
+        """True if the key exists."""
+        try:
+            self.head(key)
+        except ObjectNotFound:
+            return False
+        return True
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectMeta]:
+        """Yield objects whose key starts with ``prefix``, in ascending key order.
+
+        With ``start_after``, only keys strictly greater than it are yielded.
+        A prefix is a plain string prefix (``_log/`` or ``tables/ab``), not a
+        directory: backends must not assume it ends at a ``/``.
+        """
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete the object; deleting a missing key is not an error."""
+
+    def open_input(self, key: str) -> pa.NativeFile:
+        """Return a seekable Arrow input file for the object (for Parquet reads).
+
+        The default reads the whole object into memory; backends with a
+        cheaper random-access path (local files) override it.
+        """
+        return pa.BufferReader(self.get(key))
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
+        """Release any resources (connections, threads) the store holds."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.uri!r})"

@@ -1,0 +1,467 @@
+"""A durable object store on a local (POSIX) filesystem.
+
+Each key is a file under the store's root; ``/`` in a key is a directory
+separator. The one operation mere's correctness rests on, ``put_if_absent``,
+is built from steps that are each atomic on a local filesystem:
+
+1. write the bytes to a fresh temporary file in the target's directory and
+   ``fsync`` it, so the data is on disk before any name points at it;
+2. ``os.link`` the temporary file to the final name. ``link`` fails with
+   ``EEXIST`` if the name exists, so of several concurrent creators exactly one
+   wins, and the final name only ever points at a complete file;
+3. unlink the temporary name and ``fsync`` the directory (and the parents of
+   any directories this call created), so the new name survives a power loss.
+
+``O_CREAT | O_EXCL`` alone is *not* enough: a writer killed mid-write leaves a
+partial file holding the name forever (measured in
+``/work/shared/notes/object-stores.md``).
+
+Temporary files are named ``.mere-tmp-<random hex>``. No key may contain a
+segment starting with that prefix (such keys raise :class:`InvalidKey`), and
+:meth:`LocalStore.list` never reports those files, so a temp file left behind
+by a killed writer can never be mistaken for an object. They can be swept with
+:meth:`LocalStore.remove_temp_files`.
+
+Symbolic links: every key is resolved with :func:`os.path.realpath` and must
+land strictly inside the (resolved) root, otherwise the operation raises
+:class:`InvalidKey` and touches nothing. So a symlink inside the root that
+points outside it is never followed, for reads or writes. Symlinks whose
+target stays inside the root work for reads, but ``list`` reports only regular
+files and does not descend into symlinked directories: mere never creates
+symlinks, and listing them could report one object under two keys.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+import time
+from collections.abc import Iterator
+from operator import itemgetter
+from pathlib import Path
+
+import pyarrow as pa
+
+from mere.errors import AlreadyExists, InvalidKey, ObjectNotFound, StorageError
+from mere.storage.base import ObjectMeta, ObjectStore, check_key, check_prefix
+
+__all__ = ["TEMP_PREFIX", "LocalStore"]
+
+#: Name prefix of the temporary files ``put`` and ``put_if_absent`` write.
+TEMP_PREFIX = ".mere-tmp-"
+
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_TEMP_FLAGS |= getattr(os, "O_BINARY", 0)  # Windows: no newline translation
+
+
+def _fsync_dir(path: str) -> None:
+    """Make the directory entries of ``path`` durable (no-op where unsupported)."""
+    if os.name == "nt":  # directories cannot be opened for fsync on Windows
+        return
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    """Remove ``path`` if possible; used on cleanup paths that must not mask an error."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _write_all(fd: int, data: bytes | memoryview | pa.Buffer) -> None:
+    """Write every byte of ``data`` to ``fd`` (``os.write`` may write less)."""
+    view = memoryview(data).cast("B")
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class LocalStore(ObjectStore):
+    """Objects stored as files under a root directory.
+
+    Args:
+        root: the directory holding the objects; created (with parents) if
+            missing. Relative paths are made absolute at construction.
+
+    Raises:
+        StorageError: the root cannot be created or is not a directory.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        path = os.path.abspath(os.fspath(root))
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create store root {path!r}: {exc}") from exc
+        if not os.path.isdir(path):
+            raise StorageError(f"store root {path!r} is not a directory")
+        #: The absolute root directory (as given, symlinks not resolved).
+        self.root = path
+        self._real_root = os.path.realpath(path)
+        self._real_root_slash = os.path.join(self._real_root, "")
+        self.uri = Path(path).as_uri()
+
+    # --- paths -----------------------------------------------------------------
+
+    def _path(self, key: str) -> str:
+        """Map a key to its file path, rejecting anything that could leave the root.
+
+        Raises:
+            InvalidKey: the key is malformed, uses the reserved temp-file prefix
+                in a segment, or resolves (through symlinks) outside the root.
+        """
+        check_key(key)
+        segments = key.split("/")
+        for segment in segments:
+            if segment.startswith(TEMP_PREFIX):
+                raise InvalidKey(
+                    f"invalid object key {key!r}: segments starting with {TEMP_PREFIX!r} "
+                    "are reserved for the local store's temporary files"
+                )
+        path = os.path.join(self.root, *segments)
+        self._check_inside(key, path)
+        return path
+
+    def _check_inside(self, what: str, path: str) -> None:
+        """Raise InvalidKey unless ``path`` resolves to somewhere strictly inside the root."""
+        real = os.path.realpath(path)
+        if not real.startswith(self._real_root_slash):
+            raise InvalidKey(
+                f"invalid object key {what!r}: resolves to {real!r}, outside the store root "
+                f"{self._real_root!r} (a symbolic link points out of the store)"
+            )
+
+    def _error(self, op: str, key: str, exc: OSError) -> StorageError:
+        """Translate an unexpected OSError into the StorageError a caller sees."""
+        if exc.errno == errno.ENAMETOOLONG:
+            return InvalidKey(f"invalid object key {key!r}: too long for the local filesystem")
+        return StorageError(f"{op} of {key!r} in {self.root!r} failed: {exc}")
+
+    def _make_dirs(self, key: str, parent: str) -> list[str]:
+        """Create the missing directories up to ``parent``; return the ones created.
+
+        Directories another writer created concurrently count as created too,
+        so the caller fsyncs their parents as well (cheap, and it makes this
+        call's object durable without relying on the other writer).
+
+        Raises:
+            StorageError: a path component is an object (a file), or the root
+                itself has disappeared.
+        """
+        missing: list[str] = []
+        current = parent
+        while current != self.root:
+            if os.path.isdir(current):
+                break
+            missing.append(current)
+            current = os.path.dirname(current)
+        else:
+            if not os.path.isdir(self.root):
+                raise StorageError(f"store root {self.root!r} no longer exists (writing {key!r})")
+        created: list[str] = []
+        for directory in reversed(missing):
+            try:
+                os.mkdir(directory)
+            except FileExistsError:
+                if not os.path.isdir(directory):
+                    raise StorageError(
+                        f"cannot store {key!r}: {directory!r} is an object, so it cannot "
+                        "also be a directory on the local filesystem"
+                    ) from None
+            except NotADirectoryError:
+                raise StorageError(
+                    f"cannot store {key!r}: a prefix of the key is an object, so it cannot "
+                    "also be a directory on the local filesystem"
+                ) from None
+            created.append(directory)
+        return created
+
+    def _write_temp(
+        self, key: str, parent: str, data: bytes | memoryview | pa.Buffer, *, sync: bool
+    ) -> tuple[str, list[str]]:
+        """Write ``data`` to a new temp file in ``parent``; return it and the dirs created.
+
+        On any failure (including BaseException) the temp file is removed
+        before the exception propagates.
+        """
+        created: list[str] = []
+        while True:
+            tmp = os.path.join(parent, TEMP_PREFIX + secrets.token_hex(8))
+            try:
+                fd = os.open(tmp, _TEMP_FLAGS, 0o666)
+                break
+            except FileExistsError:
+                continue  # 64 random bits collided; pick another name
+            except FileNotFoundError:
+                if created:
+                    raise
+                created = self._make_dirs(key, parent)
+            except NotADirectoryError:
+                raise StorageError(
+                    f"cannot store {key!r}: a prefix of the key is an object, so it cannot "
+                    "also be a directory on the local filesystem"
+                ) from None
+        try:
+            try:
+                _write_all(fd, data)
+                if sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+        return tmp, created
+
+    # --- the contract ------------------------------------------------------------
+
+    def put_if_absent(self, key: str, data: bytes | memoryview | pa.Buffer) -> None:
+        """Create ``key`` durably and atomically, only if it does not exist.
+
+        Temp file + fsync + ``os.link`` + unlink temp + fsync directory (see
+        the module docstring). When this returns, the object and its name are
+        on disk.
+
+        Raises:
+            AlreadyExists: the key exists; nothing was changed.
+            InvalidKey: the key is malformed or would leave the root.
+            StorageError: anything else; the object may or may not exist
+                (e.g. a directory fsync failed after the link succeeded), and a
+                key that names an existing directory (``a`` when ``a/b`` is an
+                object) cannot be stored.
+        """
+        path = self._path(key)
+        parent = os.path.dirname(path)
+        try:
+            tmp, created = self._write_temp(key, parent, data, sync=True)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                if os.path.isdir(path):
+                    raise StorageError(
+                        f"cannot store {key!r}: it is a directory (other objects have "
+                        "keys starting with it plus '/')"
+                    ) from None
+                raise AlreadyExists(key) from None
+            finally:
+                _unlink_quietly(tmp)
+            _fsync_dir(parent)
+            for directory in reversed(created):
+                _fsync_dir(os.path.dirname(directory))
+        except OSError as exc:
+            raise self._error("put_if_absent", key, exc) from exc
+
+    def put(self, key: str, data: bytes | memoryview | pa.Buffer) -> None:
+        """Create or replace ``key`` atomically (temp file + ``os.replace``).
+
+        Readers see the old or the new bytes, never a mix. Not fsynced: only
+        hints are overwritten, and a lost hint is harmless.
+
+        Raises:
+            InvalidKey: the key is malformed or would leave the root.
+            StorageError: the write failed, or the key names a directory.
+        """
+        path = self._path(key)
+        try:
+            tmp, _ = self._write_temp(key, os.path.dirname(path), data, sync=False)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                _unlink_quietly(tmp)
+                raise
+        except OSError as exc:
+            raise self._error("put", key, exc) from exc
+
+    def get(self, key: str) -> bytes:
+        """Return the file's bytes.
+
+        Raises:
+            ObjectNotFound: no such file (a directory is not an object either).
+            InvalidKey: the key is malformed or would leave the root.
+            StorageError: any other read failure.
+        """
+        path = self._path(key)
+        try:
+            with open(path, "rb") as file:
+                return file.read()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise ObjectNotFound(key) from None
+        except OSError as exc:
+            raise self._error("get", key, exc) from exc
+
+    def head(self, key: str) -> ObjectMeta:
+        """Return the file's size and modification time.
+
+        Raises:
+            ObjectNotFound: no such regular file.
+            InvalidKey: the key is malformed or would leave the root.
+            StorageError: any other failure.
+        """
+        path = self._path(key)
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectNotFound(key) from None
+        except OSError as exc:
+            raise self._error("head", key, exc) from exc
+        if not stat.S_ISREG(st.st_mode):
+            raise ObjectNotFound(key)
+        return ObjectMeta(key, st.st_size, st.st_mtime)
+
+    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectMeta]:
+        """Yield the objects whose key starts with ``prefix``, in ascending key order.
+
+        The prefix is a plain string prefix: ``_log/000`` matches
+        ``_log/00000000000000000001.json``. Only the deepest directory the
+        prefix fully names (``_log``) is read, with ``os.scandir``; entries are
+        filtered by the rest of the prefix, sorted, and subdirectories are
+        walked lazily in key order (a directory ``d`` sorts as ``d/``, which
+        keeps the global order byte-wise even next to names like ``d-x``).
+        ``start_after`` prunes whole subdirectories that sort before it, and
+        only yielded files are ``stat``-ed, so listing the tail of a directory
+        of 100k commits costs one ``scandir`` and a sort.
+
+        The prefix is validated (and resolved against symlinks) when ``list``
+        is called, not on the first ``next()``. Temp files, symlinks and
+        anything else that is not a regular file are skipped. A file deleted
+        while the listing runs is silently left out.
+
+        Raises:
+            InvalidKey: the prefix is malformed or resolves outside the root.
+            StorageError: a directory cannot be read (raised while iterating).
+        """
+        check_prefix(prefix)
+        dir_part, _, name_prefix = prefix.rpartition("/")
+        if dir_part:
+            segments = dir_part.split("/")
+            if any(s.startswith(TEMP_PREFIX) for s in segments):
+                return iter(())
+            directory = os.path.join(self.root, *segments)
+            self._check_inside(prefix, directory)
+            key_prefix = dir_part + "/"
+        else:
+            directory = self.root
+            key_prefix = ""
+        return self._walk(directory, key_prefix, name_prefix, start_after)
+
+    def _walk(
+        self, directory: str, key_prefix: str, name_prefix: str, start_after: str | None
+    ) -> Iterator[ObjectMeta]:
+        """Yield the objects under ``directory`` (keys ``key_prefix + name...``) in order."""
+        entries: list[tuple[str, os.DirEntry[str], bool]] = []
+        try:
+            with os.scandir(directory) as scan:
+                for entry in scan:
+                    name = entry.name
+                    if (
+                        not name.startswith(name_prefix)
+                        or name.startswith(TEMP_PREFIX)
+                        or "\\" in name
+                    ):
+                        continue
+                    try:
+                        if entry.is_file(follow_symlinks=False):
+                            entries.append((name, entry, False))
+                        elif entry.is_dir(follow_symlinks=False):
+                            entries.append((name + "/", entry, True))
+                    except OSError:
+                        continue  # vanished while we looked
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            raise self._error("list", key_prefix + name_prefix, exc) from exc
+        entries.sort(key=itemgetter(0))
+        for sort_name, entry, is_dir in entries:
+            key = key_prefix + sort_name
+            if is_dir:
+                # Every key below starts with ``key`` (ending in '/'); skip the
+                # directory if all of them sort at or before start_after.
+                if (
+                    start_after is not None
+                    and start_after >= key
+                    and not start_after.startswith(key)
+                ):
+                    continue
+                yield from self._walk(entry.path, key, "", start_after)
+            else:
+                if start_after is not None and key <= start_after:
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # deleted since scandir
+                except OSError as exc:
+                    raise self._error("list", key, exc) from exc
+                yield ObjectMeta(key, st.st_size, st.st_mtime)
+
+    def delete(self, key: str) -> None:
+        """Delete the file; a missing key (or one naming a directory) is not an error.
+
+        Empty parent directories are left in place.
+
+        Raises:
+            InvalidKey: the key is malformed or would leave the root.
+            StorageError: the file exists but cannot be removed.
+        """
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return
+        except PermissionError as exc:  # macOS reports unlink(directory) as EPERM
+            if os.path.isdir(path):
+                return
+            raise self._error("delete", key, exc) from exc
+        except OSError as exc:
+            raise self._error("delete", key, exc) from exc
+
+    def open_input(self, key: str) -> pa.NativeFile:
+        """Return a memory-mapped, seekable Arrow file of the object.
+
+        The mapping stays valid if the object is deleted meanwhile (POSIX).
+
+        Raises:
+            ObjectNotFound: no such regular file.
+            InvalidKey: the key is malformed or would leave the root.
+            StorageError: any other failure.
+        """
+        path = self._path(key)
+        try:
+            return pa.memory_map(path, "r")
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectNotFound(key) from None
+        except OSError as exc:
+            if os.path.isdir(path):
+                raise ObjectNotFound(key) from None
+            raise self._error("open_input", key, exc) from exc
+
+    # --- maintenance -------------------------------------------------------------
+
+    def remove_temp_files(self, older_than: float = 3600.0) -> int:
+        """Delete leftover temp files (from killed writers) older than ``older_than`` s.
+
+        Temp files of writes in flight are younger than any sane threshold;
+        the default of an hour leaves them alone. Returns how many were removed.
+        Never raises for files that vanish concurrently.
+        """
+        cutoff = time.time() - older_than
+        removed = 0
+        for dirpath, _dirnames, filenames in os.walk(self.root):
+            for name in filenames:
+                if not name.startswith(TEMP_PREFIX):
+                    continue
+                path = os.path.join(dirpath, name)
+                try:
+                    if os.lstat(path).st_mtime <= cutoff:
+                        os.unlink(path)
+                        removed += 1
+                except FileNotFoundError:
+                    continue
+        return removed

@@ -1,0 +1,140 @@
+"""Bad input gets a clear error and changes nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+
+import mere
+from mere.log.keys import commit_key
+
+ORDERS = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("amount", pa.float64())])
+
+
+@pytest.fixture
+def orders(db: mere.Database) -> mere.Database:
+    db.create_table("orders", ORDERS)
+    db.table("orders").append([{"id": 1, "amount": 1.0}])
+    return db
+
+
+def unchanged(db: mere.Database, version: int) -> None:
+    assert db.version == version
+    assert db.table("orders").scan().num_rows == 1
+
+
+@pytest.mark.parametrize("data", [
+    pa.table({"id": [2], "amount": [1.0], "extra": [1]}),
+    pa.table({"id": [2]}),
+    pa.table({"id": ["two"], "amount": [1.0]}),
+    pa.table({"id": [2], "amount": ["1.0"]}),
+    pa.table({"id": pa.array([2**40], pa.int64()), "amount": [dt.date(2024, 1, 1)]}),
+    [{"id": 2, "amount": 1.0, "nope": 1}],
+    [{"id": "x"}],
+    "not data",
+])
+def test_schema_mismatch(orders: mere.Database, data: object) -> None:
+    v = orders.version
+    with pytest.raises(mere.SchemaMismatch):
+        orders.table("orders").append(data)
+    unchanged(orders, v)
+
+
+def test_overflowing_cast_is_a_mismatch(db: mere.Database) -> None:
+    db.create_table("small", pa.schema([("x", pa.int8())]))
+    with pytest.raises(mere.SchemaMismatch):
+        db.table("small").append(pa.table({"x": pa.array([1000], pa.int64())}))
+
+
+def test_null_in_not_null_column(orders: mere.Database) -> None:
+    v = orders.version
+    with pytest.raises(mere.ConstraintViolation):
+        orders.table("orders").append([{"id": None, "amount": 1.0}])
+    unchanged(orders, v)
+
+
+def test_unknown_table(orders: mere.Database) -> None:
+    with pytest.raises(mere.TableNotFound, match="nope"):
+        orders.table("nope")
+    with pytest.raises(mere.TableNotFound):
+        orders.drop_table("nope")
+    with orders.transaction() as tx, pytest.raises(mere.TableNotFound):
+        tx.table("nope")
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "", "x" * 129, "1abc", "a b", "a\x00b", "ｏrders",
+                                  "%2F", ".", None])
+def test_invalid_table_names(orders: mere.Database, name: object) -> None:
+    v = orders.version
+    with pytest.raises(mere.InvalidName):
+        orders.create_table(name, ORDERS)  # type: ignore[arg-type]
+    unchanged(orders, v)
+
+
+def test_duplicate_table_name_ignoring_case(orders: mere.Database) -> None:
+    with pytest.raises(mere.TableExists):
+        orders.create_table("ORDERS", ORDERS)
+
+
+@pytest.mark.parametrize("schema,partition_by", [
+    (pa.schema([("a", pa.int64()), ("A", pa.int64())]), []),
+    (pa.schema([("a", pa.int64())]), ["b"]),
+    (pa.schema([("a", pa.int64()), ("f", pa.float64())]), ["f"]),
+    (pa.schema([("a", pa.int64())]), ["a"]),
+    (pa.schema([("a", pa.int64()), ("../p", pa.string())]), ["../p"]),
+    (pa.schema([]), []),
+])
+def test_invalid_schemas(db: mere.Database, schema: pa.Schema, partition_by: list[str]) -> None:
+    with pytest.raises((mere.SchemaMismatch, mere.InvalidName)):
+        db.create_table("t", schema, partition_by=partition_by)
+    assert db.tables() == [] and db.version == 0
+
+
+def test_unknown_columns_and_bad_filters(orders: mere.Database) -> None:
+    with pytest.raises(mere.SchemaMismatch):
+        orders.table("orders").scan(columns=["nope"])
+    with pytest.raises(mere.InvalidExpression):
+        orders.table("orders").scan(filter="nope > 1")
+    with pytest.raises(mere.InvalidExpression):
+        orders.table("orders").scan(filter="amount >")
+    with pytest.raises(mere.InvalidExpression):
+        orders.table("orders").scan(filter="amount + 1")
+
+
+@pytest.mark.parametrize("content", [
+    b'{"commitInfo": {"commitId": "x", "timestamp": 1, "readVersion": 1, "isolat',  # truncated
+    b"\x00\xff garbage\n",
+    b'{"add": {}}\n',
+    b'{"commitInfo": {"commitId": "x", "timestamp": 1, "readVersion": 1, "isolation": "snapshot", '
+    b'"operation": "APPEND"}}\n{"add": {"tableId": "nothex", "path": "../../etc/passwd"}}\n',
+    b'{"commitInfo": {"commitId": "x", "timestamp": 1, "readVersion": 1, "isolation": "snapshot", '
+    b'"operation": "APPEND"}}\n{"mystery": {}}\n',
+])
+def test_corrupt_commit_names_the_file(orders: mere.Database, content: bytes) -> None:
+    v = orders.version + 1
+    orders.store.put_if_absent(commit_key(v), content)
+    with pytest.raises(mere.CorruptLog, match=commit_key(v)):
+        mere.connect(orders.store).snapshot()
+    # Earlier versions still open.
+    assert mere.connect(orders.store).snapshot(v - 1).table("orders").scan().num_rows == 1
+
+
+def test_newer_format_version_is_refused(orders: mere.Database) -> None:
+    v = orders.version + 1
+    orders.store.put_if_absent(commit_key(v), (
+        b'{"commitInfo": {"commitId": "x", "timestamp": 1, "readVersion": 1, "isolation": "snapshot", '
+        b'"operation": "UPGRADE"}}\n{"protocol": {"formatVersion": 99}}\n'))
+    with pytest.raises(mere.FormatVersionError, match="99"):
+        mere.connect(orders.store)
+
+
+def test_connect_without_create(tmp_path: object) -> None:
+    with pytest.raises(mere.DatabaseNotFound):
+        mere.connect(f"{tmp_path}/nothing", create=False)
+
+
+def test_cloud_schemes_say_not_built() -> None:
+    with pytest.raises(NotImplementedError, match="s3"):
+        mere.connect("s3://bucket/prefix")
