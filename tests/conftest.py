@@ -12,11 +12,13 @@ import pytest
 import mere
 from mere.storage import MemoryStore
 
-ORDERS = pa.schema([
-    pa.field("id", pa.int64(), nullable=False),
-    pa.field("country", pa.string()),
-    pa.field("amount", pa.float64()),
-])
+ORDERS = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("country", pa.string()),
+        pa.field("amount", pa.float64()),
+    ]
+)
 
 
 @pytest.fixture(params=["memory", "local"])

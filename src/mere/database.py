@@ -28,7 +28,12 @@ from mere.snapshot.loader import load_state
 from mere.snapshot.snapshot import Snapshot, TableSnapshot, describe_table, ms_to_datetime
 from mere.snapshot.state import DatabaseState
 from mere.storage import ObjectStore, open_store
-from mere.txn.transaction import DEFAULT_ISOLATION, DEFAULT_MAX_COMMIT_ATTEMPTS, Isolation, Transaction
+from mere.txn.transaction import (
+    DEFAULT_ISOLATION,
+    DEFAULT_MAX_COMMIT_ATTEMPTS,
+    Isolation,
+    Transaction,
+)
 
 log = logging.getLogger("mere")
 
@@ -36,10 +41,14 @@ DEFAULT_CHECKPOINT_INTERVAL = 100
 CHECKPOINT_INTERVAL_PROPERTY = "checkpointInterval"
 
 
-def connect(uri: str | os.PathLike[str] | ObjectStore, *, create: bool = True,
-            checkpoint_interval: int | None = None,
-            max_commit_attempts: int = DEFAULT_MAX_COMMIT_ATTEMPTS,
-            target_file_size: int = DEFAULT_TARGET_FILE_SIZE) -> Database:
+def connect(
+    uri: str | os.PathLike[str] | ObjectStore,
+    *,
+    create: bool = True,
+    checkpoint_interval: int | None = None,
+    max_commit_attempts: int = DEFAULT_MAX_COMMIT_ATTEMPTS,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+) -> Database:
     """Open the database at ``uri``, creating it if absent (unless ``create=False``).
 
     Args:
@@ -56,16 +65,27 @@ def connect(uri: str | os.PathLike[str] | ObjectStore, *, create: bool = True,
         FormatVersionError: the database was written by a newer format.
     """
     store = uri if isinstance(uri, ObjectStore) else open_store(uri)
-    return Database(store, create=create, checkpoint_interval=checkpoint_interval,
-                    max_commit_attempts=max_commit_attempts, target_file_size=target_file_size)
+    return Database(
+        store,
+        create=create,
+        checkpoint_interval=checkpoint_interval,
+        max_commit_attempts=max_commit_attempts,
+        target_file_size=target_file_size,
+    )
 
 
 class Database:
     """A mere database: one log, any number of tables, no server."""
 
-    def __init__(self, store: ObjectStore, *, create: bool = True, checkpoint_interval: int | None = None,
-                 max_commit_attempts: int = DEFAULT_MAX_COMMIT_ATTEMPTS,
-                 target_file_size: int = DEFAULT_TARGET_FILE_SIZE) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        create: bool = True,
+        checkpoint_interval: int | None = None,
+        max_commit_attempts: int = DEFAULT_MAX_COMMIT_ATTEMPTS,
+        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    ) -> None:
         if checkpoint_interval is not None and checkpoint_interval < 1:
             raise ValueError("checkpoint_interval must be at least 1")
         self.store = store
@@ -77,12 +97,11 @@ class Database:
         latest = self.log.latest_version()
         if latest is None:
             if not create:
-                raise DatabaseNotFound(f"no mere database at {store.uri}",
-                                       help="connect with create=True to create one")
+                raise DatabaseNotFound(
+                    f"no mere database at {store.uri}",
+                    help="connect with create=True to create one",
+                )
             self._create(checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL)
-            latest = self.log.latest_version()
-            assert latest is not None
-        self._state_at(latest)
 
     @property
     def uri(self) -> str:
@@ -91,10 +110,19 @@ class Database:
     def _create(self, checkpoint_interval: int) -> None:
         now = int(time.time() * 1000)
         commit_id = uuid.uuid4().hex
-        info = CommitInfo(commit_id=commit_id, timestamp=now, read_version=None,
-                          isolation="serializable", operation="CREATE DATABASE")
-        actions = [Protocol(FORMAT_VERSION),
-                   DatabaseMeta(uuid.uuid4().hex, {CHECKPOINT_INTERVAL_PROPERTY: str(checkpoint_interval)}, now)]
+        info = CommitInfo(
+            commit_id=commit_id,
+            timestamp=now,
+            read_version=None,
+            isolation="serializable",
+            operation="CREATE DATABASE",
+        )
+        actions: list[Action] = [
+            Protocol(FORMAT_VERSION),
+            DatabaseMeta(
+                uuid.uuid4().hex, {CHECKPOINT_INTERVAL_PROPERTY: str(checkpoint_interval)}, now
+            ),
+        ]
         # Losing this race means another client created the database at the same time: fine.
         if self.log.put_commit(0, encode_commit(info, actions), commit_id) is PutOutcome.WON:
             self.log.write_latest_hint(0)
@@ -143,7 +171,9 @@ class Database:
         """The latest committed version."""
         return self._latest_state().version
 
-    def snapshot(self, version: int | None = None, timestamp: datetime | int | None = None) -> Snapshot:
+    def snapshot(
+        self, version: int | None = None, timestamp: datetime | int | None = None
+    ) -> Snapshot:
         """Every table at one version: the latest, a given version, or as of a time.
 
         ``timestamp`` (a datetime, or ms since the epoch) selects the newest
@@ -154,16 +184,21 @@ class Database:
         """
         if version is not None and timestamp is not None:
             raise ValueError("pass version or timestamp, not both")
-        latest = self._latest_state()
+        if version is None and timestamp is None:
+            return Snapshot(self.store, self._latest_state())
+        latest = self.log.latest_version()
+        if latest is None:
+            raise DatabaseNotFound(f"the database at {self.uri} has no log any more")
         if timestamp is not None:
-            ms = int(timestamp.timestamp() * 1000) if isinstance(timestamp, datetime) else int(timestamp)
-            version = self.log.version_at_timestamp(ms, 0, latest.version)
-        if version is None:
-            return Snapshot(self.store, latest)
+            if isinstance(timestamp, datetime):
+                ms = int(timestamp.timestamp() * 1000)
+            else:
+                ms = int(timestamp)
+            version = self.log.version_at_timestamp(ms, 0, latest)
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
             raise ValueError(f"a version is a non-negative int, not {version!r}")
-        if version > latest.version:
-            raise VersionNotFound(f"version {version} does not exist; the latest is {latest.version}")
+        if version > latest:
+            raise VersionNotFound(f"version {version} does not exist; the latest is {latest}")
         return Snapshot(self.store, self._state_at(version))
 
     def tables(self) -> list[str]:
@@ -180,19 +215,36 @@ class Database:
             raise TableNotFound(name)
         return Table(self, name)
 
-    def transaction(self, isolation: Isolation = DEFAULT_ISOLATION, *,
-                    max_commit_attempts: int | None = None) -> Transaction:
+    def transaction(
+        self, isolation: Isolation = DEFAULT_ISOLATION, *, max_commit_attempts: int | None = None
+    ) -> Transaction:
         """Begin a transaction on the latest version (see :class:`Transaction`)."""
-        return Transaction(self, self._latest_state(), isolation,
-                           max_commit_attempts=max_commit_attempts or self.max_commit_attempts,
-                           target_file_size=self.target_file_size)
+        return Transaction(
+            self,
+            self._latest_state(),
+            isolation,
+            max_commit_attempts=max_commit_attempts or self.max_commit_attempts,
+            target_file_size=self.target_file_size,
+        )
 
-    def create_table(self, name: str, schema: pa.Schema, *, partition_by: Sequence[str] = (),
-                     properties: dict[str, str] | None = None, if_not_exists: bool = False) -> Table:
+    def create_table(
+        self,
+        name: str,
+        schema: pa.Schema,
+        *,
+        partition_by: Sequence[str] = (),
+        properties: dict[str, str] | None = None,
+        if_not_exists: bool = False,
+    ) -> Table:
         """Create a table in a transaction of its own."""
         with self.transaction() as tx:
-            tx.create_table(name, schema, partition_by=partition_by, properties=properties,
-                            if_not_exists=if_not_exists)
+            tx.create_table(
+                name,
+                schema,
+                partition_by=partition_by,
+                properties=properties,
+                if_not_exists=if_not_exists,
+            )
         return Table(self, name)
 
     def drop_table(self, name: str, *, if_exists: bool = False) -> None:
@@ -207,16 +259,18 @@ class Database:
         entries = []
         for commit in reversed(self.log.read_commits(first, latest)):
             info = commit.info
-            entries.append({
-                "version": commit.version,
-                "timestamp": ms_to_datetime(info.timestamp).isoformat(),
-                "operation": info.operation,
-                "parameters": info.parameters,
-                "metrics": info.metrics,
-                "isolation": info.isolation,
-                "read_version": info.read_version,
-                "commit_id": info.commit_id,
-            })
+            entries.append(
+                {
+                    "version": commit.version,
+                    "timestamp": ms_to_datetime(info.timestamp).isoformat(),
+                    "operation": info.operation,
+                    "parameters": info.parameters,
+                    "metrics": info.metrics,
+                    "isolation": info.isolation,
+                    "read_version": info.read_version,
+                    "commit_id": info.commit_id,
+                }
+            )
         return entries
 
     def close(self) -> None:
@@ -260,8 +314,9 @@ class Table:
     def scan(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         return self._snapshot().scan(columns, filter)
 
-    def scan_batches(self, columns: Sequence[str] | None = None,
-                     filter: str | None = None) -> pa.RecordBatchReader:
+    def scan_batches(
+        self, columns: Sequence[str] | None = None, filter: str | None = None
+    ) -> pa.RecordBatchReader:
         return self._snapshot().scan_batches(columns, filter)
 
     def describe(self) -> dict[str, Any]:

@@ -31,7 +31,9 @@ def check_table_name(name: object) -> str:
     if not name:
         raise InvalidName("table name must not be empty")
     if len(name) > MAX_TABLE_NAME:
-        raise InvalidName(f"table name is longer than {MAX_TABLE_NAME} characters: {name[:40]!r}...")
+        raise InvalidName(
+            f"table name is longer than {MAX_TABLE_NAME} characters: {name[:40]!r}..."
+        )
     if not _IDENTIFIER.match(name):
         raise InvalidName(
             f"invalid table name {name!r}: use letters, digits and underscores, "
@@ -69,7 +71,7 @@ def check_column_name(name: object, *, partition: bool = False) -> str:
 
 
 # Hive's escapePathName set: what Spark escapes in partition directory names.
-_ESCAPED = set('"#%\'*/:=?\\{[]^') | {chr(c) for c in range(32)} | {"\x7f"}
+_ESCAPED = set("\"#%'*/:=?\\{[]^") | {chr(c) for c in range(32)} | {"\x7f"}
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 

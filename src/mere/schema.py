@@ -54,17 +54,27 @@ _FIXED = re.compile(r"fixed_size_binary\[(\d+)\]\Z")
 def type_to_json(t: pa.DataType) -> Any:
     """Encode an Arrow type in the log's JSON form."""
     if pat.is_list(t) or pat.is_large_list(t):
-        return {"type": "list" if pat.is_list(t) else "large_list", "item": field_to_json(t.value_field)}
+        return {
+            "type": "list" if pat.is_list(t) else "large_list",
+            "item": field_to_json(t.value_field),
+        }
     if pat.is_struct(t):
-        return {"type": "struct", "fields": [field_to_json(t.field(i)) for i in range(t.num_fields)]}
+        return {
+            "type": "struct",
+            "fields": [field_to_json(t.field(i)) for i in range(t.num_fields)],
+        }
     if pat.is_map(t):
-        return {"type": "map", "key": field_to_json(t.key_field), "value": field_to_json(t.item_field)}
+        return {
+            "type": "map",
+            "key": field_to_json(t.key_field),
+            "value": field_to_json(t.item_field),
+        }
     if pat.is_dictionary(t):
         return type_to_json(t.value_type)
     text = str(t)
-    if text in _NAMES or _TIMESTAMP.match(text) or _TIME.match(text) or _DURATION.match(text):
-        return text
-    if _DECIMAL.match(text) or _FIXED.match(text):
+    if text in _NAMES:
+        return _NAMES[text]
+    if any(p.match(text) for p in (_TIMESTAMP, _TIME, _DURATION, _DECIMAL, _FIXED)):
         return text
     raise SchemaMismatch(f"unsupported column type {t}")
 
@@ -126,8 +136,15 @@ def schema_from_json(obj: Any) -> pa.Schema:
     return pa.schema([field_from_json(f) for f in obj["fields"]])
 
 
-_PARTITION_TYPES = (pat.is_integer, pat.is_string, pat.is_large_string, pat.is_date, pat.is_boolean,
-                    pat.is_timestamp, pat.is_decimal)
+_PARTITION_TYPES = (
+    pat.is_integer,
+    pat.is_string,
+    pat.is_large_string,
+    pat.is_date,
+    pat.is_boolean,
+    pat.is_timestamp,
+    pat.is_decimal,
+)
 
 
 def normalize_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schema:
@@ -138,7 +155,9 @@ def normalize_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schem
     be identifiers, and have a type with a canonical text form.
     """
     if not isinstance(schema, pa.Schema):
-        raise SchemaMismatch(f"a table schema must be a pyarrow.Schema, not {type(schema).__name__}")
+        raise SchemaMismatch(
+            f"a table schema must be a pyarrow.Schema, not {type(schema).__name__}"
+        )
     if len(schema) == 0:
         raise SchemaMismatch("a table needs at least one column")
     seen: dict[str, str] = {}
@@ -169,7 +188,11 @@ def normalize_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schem
 def _family(t: pa.DataType) -> str:
     if pat.is_integer(t) or pat.is_floating(t) or pat.is_decimal(t):
         return "number"
-    if pat.is_string(t) or pat.is_large_string(t) or getattr(pat, "is_string_view", lambda _: False)(t):
+    if (
+        pat.is_string(t)
+        or pat.is_large_string(t)
+        or getattr(pat, "is_string_view", lambda _: False)(t)
+    ):
         return "string"
     if pat.is_binary(t) or pat.is_large_binary(t) or pat.is_fixed_size_binary(t):
         return "binary"
@@ -225,7 +248,9 @@ def conform(data: pa.Table, schema: pa.Schema, *, what: str = "data") -> pa.Tabl
     by_key = {name_key(n): n for n in data.column_names}
     if len(by_key) != data.num_columns:
         raise SchemaMismatch(f"{what} has duplicate column names: {data.column_names}")
-    missing = [f.name for f in schema if f.name not in data.column_names and name_key(f.name) not in by_key]
+    missing = [
+        f.name for f in schema if f.name not in data.column_names and name_key(f.name) not in by_key
+    ]
     expected = {name_key(f.name) for f in schema}
     extra = [n for n in data.column_names if name_key(n) not in expected]
     if missing or extra:
@@ -234,8 +259,10 @@ def conform(data: pa.Table, schema: pa.Schema, *, what: str = "data") -> pa.Tabl
             parts.append(f"missing columns {missing}")
         if extra:
             parts.append(f"columns not in the table {extra}")
-        raise SchemaMismatch(f"{what} does not match the table schema: {', '.join(parts)}",
-                             help="append(..., schema_mode='merge') to add new columns is not built yet")
+        raise SchemaMismatch(
+            f"{what} does not match the table schema: {', '.join(parts)}",
+            help="append(..., schema_mode='merge') to add new columns is not built yet",
+        )
     columns = []
     for f in schema:
         source = f.name if f.name in data.column_names else by_key[name_key(f.name)]
@@ -248,12 +275,15 @@ def _conform_column(col: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
         col = col.cast(col.type.value_type)
     if col.type != f.type:
         if _family(col.type) not in (_family(f.type), "null"):
-            raise SchemaMismatch(f"column {f.name!r} of {what} has type {col.type}, the table has {f.type}")
+            raise SchemaMismatch(
+                f"column {f.name!r} of {what} has type {col.type}, the table has {f.type}"
+            )
         try:
             col = col.cast(f.type, safe=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise SchemaMismatch(
-                f"column {f.name!r} of {what} ({col.type}) cannot be stored as {f.type} without loss: {exc}"
+                f"column {f.name!r} of {what} ({col.type}) cannot be stored as {f.type} "
+                f"without loss: {exc}"
             ) from None
     if not f.nullable and col.null_count:
         raise ConstraintViolation(

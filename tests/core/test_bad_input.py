@@ -10,6 +10,9 @@ import pytest
 import mere
 from mere.log.keys import commit_key
 
+INFO = (
+    b'{"commitInfo": {"commitId": "x", "timestamp": 1, "readVersion": 1, "isolation": "snapshot", '
+)
 ORDERS = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("amount", pa.float64())])
 
 
@@ -25,16 +28,19 @@ def unchanged(db: mere.Database, version: int) -> None:
     assert db.table("orders").scan().num_rows == 1
 
 
-@pytest.mark.parametrize("data", [
-    pa.table({"id": [2], "amount": [1.0], "extra": [1]}),
-    pa.table({"id": [2]}),
-    pa.table({"id": ["two"], "amount": [1.0]}),
-    pa.table({"id": [2], "amount": ["1.0"]}),
-    pa.table({"id": pa.array([2**40], pa.int64()), "amount": [dt.date(2024, 1, 1)]}),
-    [{"id": 2, "amount": 1.0, "nope": 1}],
-    [{"id": "x"}],
-    "not data",
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        pa.table({"id": [2], "amount": [1.0], "extra": [1]}),
+        pa.table({"id": [2]}),
+        pa.table({"id": ["two"], "amount": [1.0]}),
+        pa.table({"id": [2], "amount": ["1.0"]}),
+        pa.table({"id": pa.array([2**40], pa.int64()), "amount": [dt.date(2024, 1, 1)]}),
+        [{"id": 2, "amount": 1.0, "nope": 1}],
+        [{"id": "x"}],
+        "not data",
+    ],
+)
 def test_schema_mismatch(orders: mere.Database, data: object) -> None:
     v = orders.version
     with pytest.raises(mere.SchemaMismatch):
@@ -64,8 +70,9 @@ def test_unknown_table(orders: mere.Database) -> None:
         tx.table("nope")
 
 
-@pytest.mark.parametrize("name", ["../x", "a/b", "", "x" * 129, "1abc", "a b", "a\x00b", "ｏrders",
-                                  "%2F", ".", None])
+@pytest.mark.parametrize(
+    "name", ["../x", "a/b", "", "x" * 129, "1abc", "a b", "a\x00b", "\uff4frders", "%2F", ".", None]
+)
 def test_invalid_table_names(orders: mere.Database, name: object) -> None:
     v = orders.version
     with pytest.raises(mere.InvalidName):
@@ -78,14 +85,17 @@ def test_duplicate_table_name_ignoring_case(orders: mere.Database) -> None:
         orders.create_table("ORDERS", ORDERS)
 
 
-@pytest.mark.parametrize("schema,partition_by", [
-    (pa.schema([("a", pa.int64()), ("A", pa.int64())]), []),
-    (pa.schema([("a", pa.int64())]), ["b"]),
-    (pa.schema([("a", pa.int64()), ("f", pa.float64())]), ["f"]),
-    (pa.schema([("a", pa.int64())]), ["a"]),
-    (pa.schema([("a", pa.int64()), ("../p", pa.string())]), ["../p"]),
-    (pa.schema([]), []),
-])
+@pytest.mark.parametrize(
+    "schema,partition_by",
+    [
+        (pa.schema([("a", pa.int64()), ("A", pa.int64())]), []),
+        (pa.schema([("a", pa.int64())]), ["b"]),
+        (pa.schema([("a", pa.int64()), ("f", pa.float64())]), ["f"]),
+        (pa.schema([("a", pa.int64())]), ["a"]),
+        (pa.schema([("a", pa.int64()), ("../p", pa.string())]), ["../p"]),
+        (pa.schema([]), []),
+    ],
+)
 def test_invalid_schemas(db: mere.Database, schema: pa.Schema, partition_by: list[str]) -> None:
     with pytest.raises((mere.SchemaMismatch, mere.InvalidName)):
         db.create_table("t", schema, partition_by=partition_by)
@@ -103,15 +113,17 @@ def test_unknown_columns_and_bad_filters(orders: mere.Database) -> None:
         orders.table("orders").scan(filter="amount + 1")
 
 
-@pytest.mark.parametrize("content", [
-    b'{"commitInfo": {"commitId": "x", "timestamp": 1, "readVersion": 1, "isolat',  # truncated
-    b"\x00\xff garbage\n",
-    b'{"add": {}}\n',
-    b'{"commitInfo": {"commitId": "x", "timestamp": 1, "readVersion": 1, "isolation": "snapshot", '
-    b'"operation": "APPEND"}}\n{"add": {"tableId": "nothex", "path": "../../etc/passwd"}}\n',
-    b'{"commitInfo": {"commitId": "x", "timestamp": 1, "readVersion": 1, "isolation": "snapshot", '
-    b'"operation": "APPEND"}}\n{"mystery": {}}\n',
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"commitInfo": {"commitId": "x", "timestamp": 1, "readVersion": 1, "isolat',  # truncated
+        b"\x00\xff garbage\n",
+        b'{"add": {}}\n',
+        INFO
+        + b'"operation": "APPEND"}}\n{"add": {"tableId": "nothex", "path": "../../etc/passwd"}}\n',
+        INFO + b'"operation": "APPEND"}}\n{"mystery": {}}\n',
+    ],
+)
 def test_corrupt_commit_names_the_file(orders: mere.Database, content: bytes) -> None:
     v = orders.version + 1
     orders.store.put_if_absent(commit_key(v), content)
@@ -123,11 +135,15 @@ def test_corrupt_commit_names_the_file(orders: mere.Database, content: bytes) ->
 
 def test_newer_format_version_is_refused(orders: mere.Database) -> None:
     v = orders.version + 1
-    orders.store.put_if_absent(commit_key(v), (
-        b'{"commitInfo": {"commitId": "x", "timestamp": 1, "readVersion": 1, "isolation": "snapshot", '
-        b'"operation": "UPGRADE"}}\n{"protocol": {"formatVersion": 99}}\n'))
+    orders.store.put_if_absent(
+        commit_key(v),
+        (INFO + b'"operation": "UPGRADE"}}\n{"protocol": {"formatVersion": 99}}\n'),
+    )
     with pytest.raises(mere.FormatVersionError, match="99"):
-        mere.connect(orders.store)
+        mere.connect(orders.store).snapshot()
+    with pytest.raises(mere.FormatVersionError):
+        mere.connect(orders.store).table("orders").append([{"id": 2}])
+    assert mere.connect(orders.store).snapshot(v - 1).table("orders").scan().num_rows == 1
 
 
 def test_connect_without_create(tmp_path: object) -> None:

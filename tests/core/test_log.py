@@ -93,3 +93,34 @@ def test_racing_creators_share_one_database() -> None:
     a = mere.connect(store)
     b = mere.connect(store)
     assert a.version == b.version == 0
+
+
+@pytest.mark.parametrize(
+    "type_",
+    [
+        pa.float16(),
+        pa.float32(),
+        pa.float64(),
+        pa.int8(),
+        pa.uint64(),
+        pa.bool_(),
+        pa.string(),
+        pa.large_string(),
+        pa.binary(),
+        pa.date32(),
+        pa.timestamp("ns"),
+        pa.timestamp("us", tz="Europe/Paris"),
+        pa.time64("us"),
+        pa.duration("ms"),
+        pa.decimal128(38, 9),
+        pa.binary(16),
+        pa.list_(pa.int32()),
+        pa.struct([("a", pa.string()), ("b", pa.list_(pa.float64()))]),
+        pa.map_(pa.string(), pa.int64()),
+    ],
+)
+def test_every_type_round_trips_through_the_schema_json(type_: pa.DataType) -> None:
+    from mere.schema import schema_from_json, schema_to_json
+
+    schema = pa.schema([pa.field("c", type_, nullable=False)])
+    assert schema_from_json(json.loads(json.dumps(schema_to_json(schema)))) == schema

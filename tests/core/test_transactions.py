@@ -74,8 +74,9 @@ def test_blind_appends_to_one_table_rebase(two_tables: mere.Database) -> None:
 
 
 @pytest.mark.parametrize("isolation", ["snapshot", "write_serializable"])
-def test_read_then_append_does_not_conflict_below_serializable(two_tables: mere.Database,
-                                                               isolation: str) -> None:
+def test_read_then_append_does_not_conflict_below_serializable(
+    two_tables: mere.Database, isolation: str
+) -> None:
     db = two_tables
     t1 = db.transaction(isolation=isolation)  # type: ignore[arg-type]
     assert t1.table("a").scan(filter="k = 1").num_rows == 0
@@ -123,7 +124,9 @@ def test_write_skew_is_prevented_only_at_serializable(two_tables: mere.Database)
             t2.commit()
 
 
-def test_serializable_sees_concurrent_table_creation_of_a_name_it_looked_up(db: mere.Database) -> None:
+def test_serializable_sees_concurrent_table_creation_of_a_name_it_looked_up(
+    db: mere.Database,
+) -> None:
     t1 = db.transaction(isolation="serializable")
     assert not t1.has_table("x")
     db.create_table("x", KV)
@@ -176,7 +179,9 @@ def test_conflict_errors_explain_themselves(two_tables: mere.Database) -> None:
     assert "winning version" in text and "'a'" in text and "re-run the transaction" in text
 
 
-def test_commit_timestamps_never_go_backwards(db: mere.Database, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_commit_timestamps_never_go_backwards(
+    db: mere.Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db.create_table("t", KV)
     first = db.snapshot().timestamp
     import time as time_module

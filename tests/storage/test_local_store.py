@@ -158,7 +158,7 @@ def test_sigkill_during_put_if_absent_never_exposes_a_partial_object(
         child.start()
         try:
             assert ready.wait(timeout=WAIT)
-            time.sleep(rng.uniform(0.0, 0.06))
+            time.sleep(rng.uniform(0.0, 0.1))
             os.kill(child.pid, signal.SIGKILL)
             child.join(timeout=WAIT)
             assert child.exitcode == -signal.SIGKILL

@@ -197,9 +197,7 @@ def test_list_partial_name_prefix(store: ObjectStore) -> None:
     store.put_if_absent("_log/_last_checkpoint", b"")
     store.put_if_absent("_logbook", b"")
     assert keys(store, "_log/000") == [f"_log/{v:020d}.json" for v in (1, 2, 10, 1000)]
-    assert keys(store, "_log/0000000000000000000") == [
-        f"_log/{v:020d}.json" for v in (1, 2)
-    ]
+    assert keys(store, "_log/0000000000000000000") == [f"_log/{v:020d}.json" for v in (1, 2)]
     assert keys(store, "_log/_") == ["_log/_last_checkpoint"]
     assert keys(store, "_log") == [
         *(f"_log/{v:020d}.json" for v in (1, 2, 10, 1000)),
@@ -243,7 +241,18 @@ def test_list_start_after(store: ObjectStore) -> None:
     for cut in ordered:
         assert keys(store, start_after=cut) == [n for n in ordered if n > cut]
     # start_after need not be a key, and may sit inside or between "directories"
-    for cut in ["", "_", "_log/", "_log/0000000000000000000", "a", "a/", "a/x", "a/x/", "a/x/1a", "a/z"]:
+    for cut in [
+        "",
+        "_",
+        "_log/",
+        "_log/0000000000000000000",
+        "a",
+        "a/",
+        "a/x",
+        "a/x/",
+        "a/x/1a",
+        "a/z",
+    ]:
         assert keys(store, start_after=cut) == [n for n in ordered if n > cut], cut
     assert keys(store, "_log/", start_after=f"_log/{7:020d}.json") == [
         f"_log/{v:020d}.json" for v in (8, 9, 10)
@@ -323,26 +332,32 @@ def test_invalid_key_is_a_storage_error() -> None:
 # --- concurrency -----------------------------------------------------------------------
 
 
+def race_once(store: ObjectStore, key: str, contenders: int) -> dict[int, str]:
+    """Release ``contenders`` threads at a barrier to create ``key``; return who won."""
+    barrier = threading.Barrier(contenders)
+    outcomes: dict[int, str] = {}
+
+    def attempt(worker: int) -> None:
+        barrier.wait(timeout=10)
+        try:
+            store.put_if_absent(key, f"worker {worker}".encode() * 100)
+            outcomes[worker] = "won"
+        except AlreadyExists:
+            outcomes[worker] = "lost"
+
+    threads = [threading.Thread(target=attempt, args=(w,)) for w in range(contenders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+    return outcomes
+
+
 def test_threads_racing_put_if_absent_have_one_winner(store: ObjectStore) -> None:
     for round_ in range(20):
         key = f"race/{round_:03d}"
-        barrier = threading.Barrier(8)
-        outcomes: dict[int, str] = {}
-
-        def attempt(worker: int, key: str = key, barrier: threading.Barrier = barrier) -> None:
-            barrier.wait(timeout=10)
-            try:
-                store.put_if_absent(key, f"worker {worker}".encode() * 100)
-                outcomes[worker] = "won"
-            except AlreadyExists:
-                outcomes[worker] = "lost"
-
-        threads = [threading.Thread(target=attempt, args=(w,)) for w in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=10)
-            assert not thread.is_alive()
+        outcomes = race_once(store, key, 8)
         winners = [w for w, outcome in outcomes.items() if outcome == "won"]
         assert len(outcomes) == 8
         assert len(winners) == 1

@@ -20,7 +20,9 @@ from mere.storage.base import ObjectStore
 READ_BATCH_ROWS = 128 * 1024
 
 
-def read_file(store: ObjectStore, table: TableMeta, add: AddFile, columns: Sequence[str]) -> pa.Table:
+def read_file(
+    store: ObjectStore, table: TableMeta, add: AddFile, columns: Sequence[str]
+) -> pa.Table:
     """Read ``columns`` (table column names, in that order) of one data file."""
     schema = pa.schema([table.schema.field(c) for c in columns])
     source = store.open_input(table.prefix + add.path)
@@ -34,8 +36,13 @@ def read_file(store: ObjectStore, table: TableMeta, add: AddFile, columns: Seque
     return _assemble(table, add, schema, data, add.rows)
 
 
-def iter_file(store: ObjectStore, table: TableMeta, add: AddFile, columns: Sequence[str],
-              batch_rows: int = READ_BATCH_ROWS) -> Iterator[pa.Table]:
+def iter_file(
+    store: ObjectStore,
+    table: TableMeta,
+    add: AddFile,
+    columns: Sequence[str],
+    batch_rows: int = READ_BATCH_ROWS,
+) -> Iterator[pa.Table]:
     """Read one data file in bounded pieces (for streaming scans)."""
     schema = pa.schema([table.schema.field(c) for c in columns])
     source = store.open_input(table.prefix + add.path)
@@ -52,8 +59,9 @@ def iter_file(store: ObjectStore, table: TableMeta, add: AddFile, columns: Seque
         source.close()
 
 
-def _assemble(table: TableMeta, add: AddFile, schema: pa.Schema, data: pa.Table | None,
-              rows: int) -> pa.Table:
+def _assemble(
+    table: TableMeta, add: AddFile, schema: pa.Schema, data: pa.Table | None, rows: int
+) -> pa.Table:
     arrays = []
     for f in schema:
         if f.name in table.partition_columns:

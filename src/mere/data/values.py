@@ -68,12 +68,18 @@ def stat_from_json(value: Any, type_: pa.DataType) -> Any:
         if pat.is_integer(type_):
             return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
         if pat.is_floating(type_):
-            return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+            return (
+                float(value)
+                if isinstance(value, int | float) and not isinstance(value, bool)
+                else None
+            )
         if pat.is_boolean(type_):
             return value if isinstance(value, bool) else None
         if pat.is_string(type_) or pat.is_large_string(type_):
             return value if isinstance(value, str) else None
-        if isinstance(value, str) and (pat.is_date(type_) or pat.is_timestamp(type_) or pat.is_decimal(type_)):
+        if isinstance(value, str) and (
+            pat.is_date(type_) or pat.is_timestamp(type_) or pat.is_decimal(type_)
+        ):
             return from_text(value, type_).as_py()
     except (pa.ArrowException, ValueError):
         return None
@@ -83,7 +89,12 @@ def stat_from_json(value: Any, type_: pa.DataType) -> Any:
 def has_statistics(type_: pa.DataType) -> bool:
     """Whether min/max statistics are kept for columns of this type."""
     return bool(
-        pat.is_integer(type_) or pat.is_floating(type_) or pat.is_boolean(type_)
-        or pat.is_string(type_) or pat.is_large_string(type_) or pat.is_date(type_)
-        or pat.is_timestamp(type_) or pat.is_decimal(type_)
+        pat.is_integer(type_)
+        or pat.is_floating(type_)
+        or pat.is_boolean(type_)
+        or pat.is_string(type_)
+        or pat.is_large_string(type_)
+        or pat.is_date(type_)
+        or pat.is_timestamp(type_)
+        or pat.is_decimal(type_)
     )

@@ -59,8 +59,13 @@ class DataFileWriter:
     references them.
     """
 
-    def __init__(self, store: ObjectStore, table: TableMeta, *,
-                 target_file_size: int = DEFAULT_TARGET_FILE_SIZE) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        table: TableMeta,
+        *,
+        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    ) -> None:
         self.store = store
         self.table = table
         self.target_file_size = target_file_size
@@ -94,6 +99,14 @@ class DataFileWriter:
         return out
 
     def _append(self, key: tuple[str | None, ...], part: pa.Table) -> None:
+        """Add rows of one partition, a row group's worth at a time."""
+        group_bytes = min(ROW_GROUP_BYTES, self.target_file_size)
+        row_bytes = max(1, part.nbytes // max(1, part.num_rows))
+        step = max(1, group_bytes // row_bytes)
+        for start in range(0, part.num_rows, step):
+            self._append_piece(key, part.slice(start, step), group_bytes)
+
+    def _append_piece(self, key: tuple[str | None, ...], piece: pa.Table, group_bytes: int) -> None:
         f = self._open.get(key)
         if f is None:
             sink = pa.BufferOutputStream()
@@ -104,11 +117,11 @@ class DataFileWriter:
                 stats={name: _ColumnStats() for name in self.file_schema.names},
             )
             self._open[key] = f
-        _update_stats(f.stats, part)
-        f.pending.append(part)
-        f.pending_bytes += part.nbytes
-        f.rows += part.num_rows
-        if f.pending_bytes >= min(ROW_GROUP_BYTES, self.target_file_size):
+        _update_stats(f.stats, piece)
+        f.pending.append(piece)
+        f.pending_bytes += piece.nbytes
+        f.rows += piece.num_rows
+        if f.pending_bytes >= group_bytes:
             self._write_row_group(f)
             if f.sink.tell() >= self.target_file_size:
                 self._close(key)
@@ -126,14 +139,22 @@ class DataFileWriter:
         if f.rows == 0:
             return
         buffer = f.sink.getvalue()
-        directory = "".join(f"{c}={escape_partition_value(v)}/" for c, v in f.partition_values.items())
+        directory = "".join(
+            f"{c}={escape_partition_value(v)}/" for c, v in f.partition_values.items()
+        )
         path = f"{directory}part-{uuid.uuid4().hex}.parquet"
         self.store.put_if_absent(self.table.prefix + path, buffer)
-        self.written.append(AddFile(
-            table_id=self.table.id, path=path, size=buffer.size, rows=f.rows,
-            partition_values=f.partition_values, stats=_stats_json(f.rows, f.stats),
-            modification_time=int(time.time() * 1000),
-        ))
+        self.written.append(
+            AddFile(
+                table_id=self.table.id,
+                path=path,
+                size=buffer.size,
+                rows=f.rows,
+                partition_values=f.partition_values,
+                stats=_stats_json(f.rows, f.stats),
+                modification_time=int(time.time() * 1000),
+            )
+        )
 
 
 def _update_stats(stats: dict[str, _ColumnStats], part: pa.Table) -> None:
@@ -157,5 +178,9 @@ def _update_stats(stats: dict[str, _ColumnStats], part: pa.Table) -> None:
 def _stats_json(rows: int, stats: dict[str, _ColumnStats]) -> dict[str, Any]:
     mins = {n: s.min[1] for n, s in stats.items() if s.exact and s.min is not None}
     maxs = {n: s.max[1] for n, s in stats.items() if s.exact and s.max is not None}
-    return {"numRecords": rows, "minValues": mins, "maxValues": maxs,
-            "nullCount": {n: s.nulls for n, s in stats.items()}}
+    return {
+        "numRecords": rows,
+        "minValues": mins,
+        "maxValues": maxs,
+        "nullCount": {n: s.nulls for n, s in stats.items()},
+    }

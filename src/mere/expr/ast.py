@@ -214,6 +214,27 @@ def referenced_columns(expr: Expr) -> set[str]:
     return {node.name for node in expr.walk() if isinstance(node, Column)}
 
 
+def like_tokens(pattern: str, escape: str | None) -> list[tuple[str, bool]]:
+    """A LIKE pattern as ``(text, is_wildcard)`` pieces, one character each.
+
+    Wildcards are ``%`` and ``_``; the ``escape`` character (if any) makes the next
+    character literal. Raises ValueError if the pattern ends with the escape character.
+    """
+    out: list[tuple[str, bool]] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if escape is not None and c == escape:
+            if i + 1 >= len(pattern):
+                raise ValueError("it ends with the escape character")
+            out.append((pattern[i + 1], False))
+            i += 2
+            continue
+        out.append((c, c in "%_"))
+        i += 1
+    return out
+
+
 # --- canonical SQL text ---------------------------------------------------------------
 
 # Binding strength, higher binds tighter; used to print the fewest parentheses that keep
@@ -322,7 +343,10 @@ def _is_keyword(name: str) -> bool:
     except Exception:  # any failure means: quote it
         return True
     return not (
-        isinstance(tree, exp.Column) and tree.name == name and not tree.table and not tree.this.quoted
+        isinstance(tree, exp.Column)
+        and tree.name == name
+        and not tree.table
+        and not tree.this.quoted
     )
 
 

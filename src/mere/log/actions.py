@@ -145,34 +145,58 @@ class Commit:
 def action_to_json(action: Action | CommitInfo) -> dict[str, Any]:
     match action:
         case CommitInfo():
-            return {"commitInfo": {
-                "commitId": action.commit_id, "timestamp": action.timestamp,
-                "readVersion": action.read_version, "isolation": action.isolation,
-                "operation": action.operation, "operationParameters": action.parameters,
-                "operationMetrics": action.metrics, "engine": action.engine,
-            }}
+            return {
+                "commitInfo": {
+                    "commitId": action.commit_id,
+                    "timestamp": action.timestamp,
+                    "readVersion": action.read_version,
+                    "isolation": action.isolation,
+                    "operation": action.operation,
+                    "operationParameters": action.parameters,
+                    "operationMetrics": action.metrics,
+                    "engine": action.engine,
+                }
+            }
         case Protocol():
             return {"protocol": {"formatVersion": action.format_version}}
         case DatabaseMeta():
-            return {"database": {"id": action.id, "properties": action.properties,
-                                 "createdTime": action.created_time}}
+            return {
+                "database": {
+                    "id": action.id,
+                    "properties": action.properties,
+                    "createdTime": action.created_time,
+                }
+            }
         case TableMeta():
-            return {"metadata": {
-                "id": action.id, "name": action.name, "schema": schema_to_json(action.schema),
-                "partitionColumns": list(action.partition_columns),
-                "properties": action.properties, "createdTime": action.created_time,
-            }}
+            return {
+                "metadata": {
+                    "id": action.id,
+                    "name": action.name,
+                    "schema": schema_to_json(action.schema),
+                    "partitionColumns": list(action.partition_columns),
+                    "properties": action.properties,
+                    "createdTime": action.created_time,
+                }
+            }
         case AddFile():
-            return {"add": {
-                "tableId": action.table_id, "path": action.path, "size": action.size,
-                "rows": action.rows, "partitionValues": action.partition_values,
-                "stats": action.stats, "modificationTime": action.modification_time,
-                "dataChange": action.data_change,
-            }}
+            return {
+                "add": {
+                    "tableId": action.table_id,
+                    "path": action.path,
+                    "size": action.size,
+                    "rows": action.rows,
+                    "partitionValues": action.partition_values,
+                    "stats": action.stats,
+                    "modificationTime": action.modification_time,
+                    "dataChange": action.data_change,
+                }
+            }
         case RemoveFile():
             body: dict[str, Any] = {
-                "tableId": action.table_id, "path": action.path,
-                "deletionTimestamp": action.deletion_timestamp, "dataChange": action.data_change,
+                "tableId": action.table_id,
+                "path": action.path,
+                "deletionTimestamp": action.deletion_timestamp,
+                "dataChange": action.data_change,
             }
             if action.size is not None:
                 body["size"] = action.size
@@ -182,8 +206,13 @@ def action_to_json(action: Action | CommitInfo) -> dict[str, Any]:
         case DropTable():
             return {"dropTable": {"tableId": action.table_id, "name": action.name}}
         case AppTxn():
-            return {"txn": {"appId": action.app_id, "version": action.version,
-                            "lastUpdated": action.last_updated}}
+            return {
+                "txn": {
+                    "appId": action.app_id,
+                    "version": action.version,
+                    "lastUpdated": action.last_updated,
+                }
+            }
     raise TypeError(f"not an action: {action!r}")
 
 
@@ -203,13 +232,15 @@ class _Bad(Exception):
     """Internal: a field failed validation (turned into CorruptLog with the file name)."""
 
 
-def _get(obj: dict[str, Any], name: str, kind: type | tuple[type, ...], optional: bool = False) -> Any:
+def _get(
+    obj: dict[str, Any], name: str, kind: type | tuple[type, ...], optional: bool = False
+) -> Any:
     if name not in obj or obj[name] is None:
         if optional:
             return None
         raise _Bad(f"missing field {name!r}")
     value = obj[name]
-    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+    if (kind is int and isinstance(value, bool)) or not isinstance(value, kind):
         raise _Bad(f"field {name!r} has the wrong type ({type(value).__name__})")
     return value
 
@@ -231,7 +262,8 @@ def _data_path(table_id: str, path: str) -> str:
 
 def _str_dict(obj: Any, what: str, allow_none: bool = False) -> dict[str, Any]:
     if not isinstance(obj, dict) or not all(
-        isinstance(k, str) and (isinstance(v, str) or (allow_none and v is None)) for k, v in obj.items()
+        isinstance(k, str) and (isinstance(v, str) or (allow_none and v is None))
+        for k, v in obj.items()
     ):
         raise _Bad(f"{what} must map names to strings")
     return obj
@@ -249,8 +281,10 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
         if isolation not in ISOLATION_LEVELS:
             raise _Bad(f"unknown isolation level {isolation!r}")
         return CommitInfo(
-            commit_id=_get(body, "commitId", str), timestamp=_get(body, "timestamp", int),
-            read_version=_get(body, "readVersion", int, optional=True), isolation=isolation,
+            commit_id=_get(body, "commitId", str),
+            timestamp=_get(body, "timestamp", int),
+            read_version=_get(body, "readVersion", int, optional=True),
+            isolation=isolation,
             operation=_get(body, "operation", str),
             parameters=_get(body, "operationParameters", dict, optional=True) or {},
             metrics=_get(body, "operationMetrics", dict, optional=True) or {},
@@ -259,8 +293,11 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
     if kind == "protocol":
         return Protocol(_get(body, "formatVersion", int))
     if kind == "database":
-        return DatabaseMeta(_get(body, "id", str), _str_dict(body.get("properties", {}), "properties"),
-                            _get(body, "createdTime", int))
+        return DatabaseMeta(
+            _get(body, "id", str),
+            _str_dict(body.get("properties", {}), "properties"),
+            _get(body, "createdTime", int),
+        )
     if kind == "metadata":
         try:
             schema = schema_from_json(body.get("schema"))
@@ -269,30 +306,43 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
         parts = _get(body, "partitionColumns", list)
         if not all(isinstance(p, str) and p in schema.names for p in parts):
             raise _Bad("partition columns must name columns of the schema")
-        return TableMeta(_table_id(body, "id"), _get(body, "name", str), schema, tuple(parts),
-                         _str_dict(body.get("properties", {}), "properties"), _get(body, "createdTime", int))
+        return TableMeta(
+            _table_id(body, "id"),
+            _get(body, "name", str),
+            schema,
+            tuple(parts),
+            _str_dict(body.get("properties", {}), "properties"),
+            _get(body, "createdTime", int),
+        )
     if kind == "add":
         table_id = _table_id(body)
         stats = _get(body, "stats", dict, optional=True)
         return AddFile(
-            table_id=table_id, path=_data_path(table_id, _get(body, "path", str)),
-            size=_get(body, "size", int), rows=_get(body, "rows", int),
+            table_id=table_id,
+            path=_data_path(table_id, _get(body, "path", str)),
+            size=_get(body, "size", int),
+            rows=_get(body, "rows", int),
             partition_values=_str_dict(body.get("partitionValues", {}), "partitionValues", True),
-            stats=stats, modification_time=_get(body, "modificationTime", int),
+            stats=stats,
+            modification_time=_get(body, "modificationTime", int),
             data_change=bool(_get(body, "dataChange", bool, optional=True) is not False),
         )
     if kind == "remove":
         table_id = _table_id(body)
         return RemoveFile(
-            table_id=table_id, path=_data_path(table_id, _get(body, "path", str)),
+            table_id=table_id,
+            path=_data_path(table_id, _get(body, "path", str)),
             deletion_timestamp=_get(body, "deletionTimestamp", int),
             data_change=bool(_get(body, "dataChange", bool, optional=True) is not False),
-            size=_get(body, "size", int, optional=True), rows=_get(body, "rows", int, optional=True),
+            size=_get(body, "size", int, optional=True),
+            rows=_get(body, "rows", int, optional=True),
         )
     if kind == "dropTable":
         return DropTable(_table_id(body), _get(body, "name", str))
     if kind == "txn":
-        return AppTxn(_get(body, "appId", str), _get(body, "version", int), _get(body, "lastUpdated", int))
+        return AppTxn(
+            _get(body, "appId", str), _get(body, "version", int), _get(body, "lastUpdated", int)
+        )
     raise _Bad(f"unknown action {kind!r}")
 
 

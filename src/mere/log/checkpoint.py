@@ -33,17 +33,19 @@ from mere.log.actions import (
     action_to_json,
 )
 
-CHECKPOINT_SCHEMA = pa.schema([
-    pa.field("kind", pa.string(), nullable=False),
-    pa.field("table_id", pa.string()),
-    pa.field("path", pa.string()),
-    pa.field("size", pa.int64()),
-    pa.field("rows", pa.int64()),
-    pa.field("modification_time", pa.int64()),
-    pa.field("partition_values", pa.string()),
-    pa.field("stats", pa.string()),
-    pa.field("payload", pa.string()),
-])
+CHECKPOINT_SCHEMA = pa.schema(
+    [
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("table_id", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("size", pa.int64()),
+        pa.field("rows", pa.int64()),
+        pa.field("modification_time", pa.int64()),
+        pa.field("partition_values", pa.string()),
+        pa.field("stats", pa.string()),
+        pa.field("payload", pa.string()),
+    ]
+)
 _KINDS = {Protocol: "protocol", DatabaseMeta: "database", TableMeta: "metadata", AppTxn: "txn"}
 
 
@@ -60,10 +62,16 @@ def encode_checkpoint(version: int, timestamp: int, actions: Iterable[Action]) -
     for a in actions:
         row: dict[str, object] = dict.fromkeys(cols)
         if isinstance(a, AddFile):
-            row.update(kind="add", table_id=a.table_id, path=a.path, size=a.size, rows=a.rows,
-                       modification_time=a.modification_time,
-                       partition_values=json.dumps(a.partition_values, ensure_ascii=False),
-                       stats=None if a.stats is None else json.dumps(a.stats, ensure_ascii=False))
+            row.update(
+                kind="add",
+                table_id=a.table_id,
+                path=a.path,
+                size=a.size,
+                rows=a.rows,
+                modification_time=a.modification_time,
+                partition_values=json.dumps(a.partition_values, ensure_ascii=False),
+                stats=None if a.stats is None else json.dumps(a.stats, ensure_ascii=False),
+            )
         else:
             kind = _KINDS[type(a)]
             row.update(kind=kind, payload=json.dumps(action_to_json(a)[kind], ensure_ascii=False))
@@ -71,10 +79,13 @@ def encode_checkpoint(version: int, timestamp: int, actions: Iterable[Action]) -
                 row["table_id"] = a.id
         for name, value in row.items():
             cols[name].append(value)
-    table = pa.Table.from_pydict(cols, schema=CHECKPOINT_SCHEMA).replace_schema_metadata({
-        "mere.version": str(version), "mere.timestamp": str(timestamp),
-        "mere.formatVersion": str(FORMAT_VERSION),
-    })
+    table = pa.Table.from_pydict(cols, schema=CHECKPOINT_SCHEMA).replace_schema_metadata(
+        {
+            "mere.version": str(version),
+            "mere.timestamp": str(timestamp),
+            "mere.formatVersion": str(FORMAT_VERSION),
+        }
+    )
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     return bytes(sink.getvalue())
@@ -94,8 +105,10 @@ def decode_checkpoint(key: str, data: bytes) -> CheckpointData:
     except (KeyError, ValueError):
         raise CorruptLog(key, "missing or invalid mere.* metadata") from None
     if fmt > FORMAT_VERSION:
-        raise FormatVersionError(f"checkpoint {key} has format version {fmt}; this mere reads "
-                                 f"up to {FORMAT_VERSION}", help="upgrade mere")
+        raise FormatVersionError(
+            f"checkpoint {key} has format version {fmt}; this mere reads up to {FORMAT_VERSION}",
+            help="upgrade mere",
+        )
     if not table.schema.equals(CHECKPOINT_SCHEMA.with_metadata(table.schema.metadata)):
         raise CorruptLog(key, "unexpected checkpoint columns")
     actions: list[Action] = []
@@ -108,12 +121,17 @@ def decode_checkpoint(key: str, data: bytes) -> CheckpointData:
                     raise _Bad(f"row {i}: add without table id or path")
                 stats = columns["stats"][i]
                 parts = json.loads(columns["partition_values"][i] or "{}")
-                actions.append(AddFile(
-                    table_id=table_id, path=_data_path(table_id, path), size=_int(columns["size"][i]),
-                    rows=_int(columns["rows"][i]), partition_values=parts,
-                    stats=None if stats is None else json.loads(stats),
-                    modification_time=_int(columns["modification_time"][i]),
-                ))
+                actions.append(
+                    AddFile(
+                        table_id=table_id,
+                        path=_data_path(table_id, path),
+                        size=_int(columns["size"][i]),
+                        rows=_int(columns["rows"][i]),
+                        partition_values=parts,
+                        stats=None if stats is None else json.loads(stats),
+                        modification_time=_int(columns["modification_time"][i]),
+                    )
+                )
             elif kind in _KINDS.values():
                 payload = json.loads(columns["payload"][i] or "null")
                 action = action_from_json({kind: payload})

@@ -83,7 +83,9 @@ class Log:
             value = json.loads(self.store.get(key))["version"]
         except (ObjectNotFound, StorageError, ValueError, KeyError, TypeError):
             return None
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+        return (
+            value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+        )
 
     def write_latest_hint(self, version: int) -> None:
         """Best effort: a failure only makes the next reader probe a little further."""
@@ -149,13 +151,15 @@ class Log:
             except StorageError as exc:
                 raise CommitOutcomeUnknown(
                     f"could not establish whether the commit of version {version} landed: {exc}",
-                    version=version, commit_id=commit_id,
+                    version=version,
+                    commit_id=commit_id,
                 ) from exc
             return PutOutcome.WON if _commit_id_of(existing) == commit_id else PutOutcome.LOST
         raise CommitOutcomeUnknown(
             f"the commit of version {version} neither landed nor failed definitely "
             f"after {AMBIGUOUS_PUT_ATTEMPTS} attempts: {last_error}",
-            version=version, commit_id=commit_id,
+            version=version,
+            commit_id=commit_id,
         )
 
     def commit_timestamp(self, version: int) -> int:
@@ -213,7 +217,9 @@ class Log:
     def write_checkpoint(self, version: int, timestamp: int, actions: list[Action]) -> bool:
         """Create the checkpoint for ``version``; False if one already exists."""
         try:
-            self.store.put_if_absent(checkpoint_key(version), encode_checkpoint(version, timestamp, actions))
+            self.store.put_if_absent(
+                checkpoint_key(version), encode_checkpoint(version, timestamp, actions)
+            )
         except AlreadyExists:
             return False
         hinted = self._read_hint(CHECKPOINT_HINT)

@@ -1,4 +1,4 @@
-"""Building the database state at a version: from a checkpoint, or from a newer-than-nothing cache."""
+"""Building the database state at a version, from a cached state or a checkpoint."""
 
 from __future__ import annotations
 

@@ -59,7 +59,9 @@ def plan_scan(table: TableMeta, columns: Sequence[str] | None, filter: str | Non
             raise SchemaMismatch("columns must be a list of column names, not a string")
         unknown = [c for c in columns if c not in names]
         if unknown:
-            raise SchemaMismatch(f"unknown column(s) {unknown} in table {table.name!r}; it has {names}")
+            raise SchemaMismatch(
+                f"unknown column(s) {unknown} in table {table.name!r}; it has {names}"
+            )
         out = list(columns)
     predicate = None
     if filter is not None:
@@ -79,7 +81,11 @@ def file_ranges(table: TableMeta, add: AddFile) -> dict[str, sqlexpr.ColumnRange
         value = None if text is None else from_text(text, table.schema.field(col).type).as_py()
         ranges[col] = sqlexpr.ColumnRange(value, value, add.rows if value is None else 0, add.rows)
     stats = add.stats or {}
-    mins, maxs, nulls = stats.get("minValues") or {}, stats.get("maxValues") or {}, stats.get("nullCount") or {}
+    mins, maxs, nulls = (
+        stats.get("minValues") or {},
+        stats.get("maxValues") or {},
+        stats.get("nullCount") or {},
+    )
     for f in table.schema:
         if f.name in ranges:
             continue
@@ -87,7 +93,9 @@ def file_ranges(table: TableMeta, add: AddFile) -> dict[str, sqlexpr.ColumnRange
         ranges[f.name] = sqlexpr.ColumnRange(
             stat_from_json(mins.get(f.name), f.type),
             stat_from_json(maxs.get(f.name), f.type),
-            null_count if isinstance(null_count, int) and not isinstance(null_count, bool) else None,
+            null_count
+            if isinstance(null_count, int) and not isinstance(null_count, bool)
+            else None,
             add.rows,
         )
     return ranges
@@ -105,6 +113,7 @@ def output_schema(plan: ScanPlan) -> pa.Schema:
 
 def scan_files(store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile]) -> pa.Table:
     """Read and filter ``files`` (already selected by the plan) into one table."""
+
     def one(add: AddFile) -> pa.Table:
         return _finish(plan, read_file(store, plan.table, add, plan.read_columns))
 
@@ -118,7 +127,9 @@ def scan_files(store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile]) -> 
     return pa.concat_tables(parts)
 
 
-def scan_batches(store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile]) -> pa.RecordBatchReader:
+def scan_batches(
+    store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile]
+) -> pa.RecordBatchReader:
     """Stream ``files`` as record batches, one bounded piece at a time."""
     schema = output_schema(plan)
 

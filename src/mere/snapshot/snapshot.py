@@ -96,8 +96,9 @@ class TableSnapshot:
         plan = plan_scan(self._state.meta, columns, filter)
         return scan_files(self._store, plan, plan.select(self._state.files.values()))
 
-    def scan_batches(self, columns: Sequence[str] | None = None,
-                     filter: str | None = None) -> pa.RecordBatchReader:
+    def scan_batches(
+        self, columns: Sequence[str] | None = None, filter: str | None = None
+    ) -> pa.RecordBatchReader:
         """The same rows as :meth:`scan`, streamed with bounded memory."""
         plan = plan_scan(self._state.meta, columns, filter)
         return scan_batches(self._store, plan, plan.select(self._state.files.values()))
@@ -114,7 +115,9 @@ def describe_table(state: TableState, version: int) -> dict[str, Any]:
         "id": meta.id,
         "version": version,
         "created": ms_to_datetime(meta.created_time).isoformat(),
-        "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in meta.schema],
+        "schema": [
+            {"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in meta.schema
+        ],
         "partition_by": list(meta.partition_columns),
         "properties": dict(meta.properties),
         "files": len(state.files),

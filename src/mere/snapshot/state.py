@@ -72,9 +72,12 @@ class DatabaseState:
     def apply(self, commit: Commit) -> DatabaseState:
         """The state after ``commit``, which must be version ``self.version + 1``."""
         if commit.version != self.version + 1:
-            raise CorruptLog(commit_key(commit.version), f"applied on top of version {self.version}")
-        return _apply(self, commit.version, commit.info.timestamp, commit.actions,
-                      commit_key(commit.version))
+            raise CorruptLog(
+                commit_key(commit.version), f"applied on top of version {self.version}"
+            )
+        return _apply(
+            self, commit.version, commit.info.timestamp, commit.actions, commit_key(commit.version)
+        )
 
     def live_actions(self) -> Iterator[Action]:
         """The actions that recreate this state (what a checkpoint stores)."""
@@ -93,8 +96,13 @@ class DatabaseState:
         if len(protocols) != 1:
             raise CorruptLog(checkpoint_key(checkpoint.version), "needs exactly one protocol row")
         start = DatabaseState(-1, 0, protocols[0], None, {}, {}, {})
-        return _apply(start, checkpoint.version, checkpoint.timestamp, actions,
-                      checkpoint_key(checkpoint.version))
+        return _apply(
+            start,
+            checkpoint.version,
+            checkpoint.timestamp,
+            actions,
+            checkpoint_key(checkpoint.version),
+        )
 
     @staticmethod
     def initial(commit: Commit) -> DatabaseState:
@@ -106,8 +114,13 @@ class DatabaseState:
         return start.apply(commit)
 
 
-def _apply(state: DatabaseState, version: int, timestamp: int, actions: tuple[Action, ...] | list[Action],
-           key: str) -> DatabaseState:
+def _apply(
+    state: DatabaseState,
+    version: int,
+    timestamp: int,
+    actions: tuple[Action, ...] | list[Action],
+    key: str,
+) -> DatabaseState:
     protocol, database = state.protocol, state.database
     tables = dict(state.tables)
     names = dict(state.names)
@@ -153,7 +166,11 @@ def _apply(state: DatabaseState, version: int, timestamp: int, actions: tuple[Ac
         if table_id in tables:
             tables[table_id] = replace(tables[table_id], files=MappingProxyType(live))
     return DatabaseState(
-        version=version, timestamp=timestamp, protocol=protocol, database=database,
-        tables=MappingProxyType(tables), names=MappingProxyType(names),
+        version=version,
+        timestamp=timestamp,
+        protocol=protocol,
+        database=database,
+        tables=MappingProxyType(tables),
+        names=MappingProxyType(names),
         app_txns=MappingProxyType(app_txns) if app_txns is not None else state.app_txns,
     )

@@ -35,7 +35,9 @@ __all__ = [
 _CLOUD_SCHEMES = {"s3", "s3a", "az", "abfs", "abfss", "azure", "gs", "gcs"}
 
 
-def open_store(uri: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> ObjectStore:
+def open_store(
+    uri: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
+) -> ObjectStore:
     """Open the object store a URI names.
 
     Raises:

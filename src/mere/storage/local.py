@@ -13,8 +13,8 @@ is built from steps that are each atomic on a local filesystem:
    any directories this call created), so the new name survives a power loss.
 
 ``O_CREAT | O_EXCL`` alone is *not* enough: a writer killed mid-write leaves a
-partial file holding the name forever (measured in
-``/work/shared/notes/object-stores.md``).
+partial file holding the name forever, and concurrent readers were measured
+seeing partly written files.
 
 Temporary files are named ``.mere-tmp-<random hex>``. No key may contain a
 segment starting with that prefix (such keys raise :class:`InvalidKey`), and

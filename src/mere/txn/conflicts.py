@@ -79,12 +79,15 @@ def check_winner(tx: TxFootprint, before: DatabaseState, winner: Commit) -> None
     created: dict[str, str] = {}  # name key -> name
     for a in winner.actions:
         if isinstance(a, Protocol):
-            raise errors.ProtocolChanged("a concurrent commit changed the format version",
-                                         winning_version=v, table=None)
+            raise errors.ProtocolChanged(
+                "a concurrent commit changed the format version", winning_version=v, table=None
+            )
         if isinstance(a, AppTxn) and a.app_id in tx.app_ids:
             raise errors.ConcurrentTransaction(
                 f"a concurrent commit recorded application transaction {a.app_id!r}",
-                winning_version=v, table=None)
+                winning_version=v,
+                table=None,
+            )
         if isinstance(a, AddFile):
             adds.setdefault(a.table_id, []).append(a)
         elif isinstance(a, RemoveFile):
@@ -105,25 +108,35 @@ def check_winner(tx: TxFootprint, before: DatabaseState, winner: Commit) -> None
     for key, name in created.items():
         if key in tx.created_names:
             raise errors.ConcurrentCreateTable(
-                f"a concurrent commit created a table named {name!r}", winning_version=v, table=name)
+                f"a concurrent commit created a table named {name!r}", winning_version=v, table=name
+            )
     for table_id, name in changed.items():
         if table_id in tx.written or table_id in tx.altered:
             raise errors.ConcurrentMetadataChange(
-                f"a concurrent commit altered or dropped table {name!r}, which this transaction writes",
-                winning_version=v, table=name)
+                f"a concurrent commit altered or dropped table {name!r}, "
+                "which this transaction writes",
+                winning_version=v,
+                table=name,
+            )
     for table_id in tx.altered:
         if table_id in adds:
             name = before.tables[table_id].meta.name
             raise errors.ConcurrentMetadataChange(
                 f"a concurrent commit added data to table {name!r}, whose metadata this "
-                "transaction changes", winning_version=v, table=name)
+                "transaction changes",
+                winning_version=v,
+                table=name,
+            )
     for table_id, paths in tx.removed.items():
         for r in removes.get(table_id, ()):
             if r.path in paths:
                 name = before.tables[table_id].meta.name
                 raise errors.ConcurrentDeleteDelete(
                     f"a concurrent commit removed data file {r.path} of table {name!r}, "
-                    "which this transaction also removes", winning_version=v, table=name)
+                    "which this transaction also removes",
+                    winning_version=v,
+                    table=name,
+                )
     if tx.isolation == "snapshot":
         return
 
@@ -134,7 +147,10 @@ def check_winner(tx: TxFootprint, before: DatabaseState, winner: Commit) -> None
             if r.data_change and r.path in read.files:
                 raise errors.ConcurrentDeleteRead(
                     f"a concurrent commit removed data file {r.path} of table {read.table_name!r}, "
-                    "which this transaction read", winning_version=v, table=read.table_name)
+                    "which this transaction read",
+                    winning_version=v,
+                    table=read.table_name,
+                )
         rewrite = any(r.data_change for r in table_removes)
         if serializable or rewrite:
             for a in adds.get(read.table_id, ()):
@@ -142,20 +158,32 @@ def check_winner(tx: TxFootprint, before: DatabaseState, winner: Commit) -> None
                     kind = "added" if not rewrite else "rewrote"
                     raise errors.ConcurrentAppend(
                         f"a concurrent commit {kind} rows of table {read.table_name!r} that match "
-                        "what this transaction read", winning_version=v, table=read.table_name)
+                        "what this transaction read",
+                        winning_version=v,
+                        table=read.table_name,
+                    )
         if serializable and read.table_id in changed:
             raise errors.ConcurrentMetadataChange(
                 f"a concurrent commit altered or dropped table {read.table_name!r}, which this "
-                "transaction read", winning_version=v, table=read.table_name)
+                "transaction read",
+                winning_version=v,
+                table=read.table_name,
+            )
     if serializable:
         for key, name in created.items():
             if tx.listed_tables or key in tx.looked_up:
                 raise errors.ConcurrentMetadataChange(
-                    f"a concurrent commit created table {name!r}, whose absence this transaction saw",
-                    winning_version=v, table=name)
+                    f"a concurrent commit created table {name!r}, "
+                    "whose absence this transaction saw",
+                    winning_version=v,
+                    table=name,
+                )
         for key in renamed_or_dropped:
             if tx.listed_tables or key in tx.looked_up:
                 name = next(n for n in changed.values() if name_key(n) == key)
                 raise errors.ConcurrentMetadataChange(
                     f"a concurrent commit dropped or renamed table {name!r}, which this "
-                    "transaction looked up", winning_version=v, table=name)
+                    "transaction looked up",
+                    winning_version=v,
+                    table=name,
+                )

@@ -74,9 +74,15 @@ class Transaction:
             tx.table("lineitem").append(items)
     """
 
-    def __init__(self, db: Database, state: DatabaseState, isolation: Isolation = DEFAULT_ISOLATION, *,
-                 max_commit_attempts: int = DEFAULT_MAX_COMMIT_ATTEMPTS,
-                 target_file_size: int = DEFAULT_TARGET_FILE_SIZE) -> None:
+    def __init__(
+        self,
+        db: Database,
+        state: DatabaseState,
+        isolation: Isolation = DEFAULT_ISOLATION,
+        *,
+        max_commit_attempts: int = DEFAULT_MAX_COMMIT_ATTEMPTS,
+        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    ) -> None:
         if isolation not in ISOLATION_LEVELS:
             raise ValueError(f"isolation must be one of {ISOLATION_LEVELS}, not {isolation!r}")
         if max_commit_attempts < 1:
@@ -153,9 +159,15 @@ class Transaction:
 
     # --- changes ---------------------------------------------------------------
 
-    def create_table(self, name: str, schema: pa.Schema, *, partition_by: Sequence[str] = (),
-                     properties: dict[str, str] | None = None,
-                     if_not_exists: bool = False) -> TxTable:
+    def create_table(
+        self,
+        name: str,
+        schema: pa.Schema,
+        *,
+        partition_by: Sequence[str] = (),
+        properties: dict[str, str] | None = None,
+        if_not_exists: bool = False,
+    ) -> TxTable:
         """Create a table; it exists for this transaction at once, for others on commit.
 
         Raises:
@@ -175,15 +187,19 @@ class Transaction:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
             raise InvalidName("table properties must map strings to strings")
         meta = TableMeta(
-            id=uuid.uuid4().hex, name=name, schema=normalize_schema(schema, list(partition_by)),
-            partition_columns=tuple(partition_by), properties=props,
+            id=uuid.uuid4().hex,
+            name=name,
+            schema=normalize_schema(schema, list(partition_by)),
+            partition_columns=tuple(partition_by),
+            properties=props,
             created_time=int(time.time() * 1000),
         )
         self._metadata[meta.id] = meta
         self._created.add(meta.id)
         self._footprint.created_names.add(name_key(name))
-        self._operations.append({"operation": "CREATE TABLE", "table": name,
-                                 "partitionBy": list(partition_by)})
+        self._operations.append(
+            {"operation": "CREATE TABLE", "table": name, "partitionBy": list(partition_by)}
+        )
         return TxTable(self, meta.id)
 
     def drop_table(self, name: str, *, if_exists: bool = False) -> None:
@@ -241,8 +257,9 @@ class Transaction:
     def _writer(self, table_id: str) -> DataFileWriter:
         writer = self._writers.get(table_id)
         if writer is None:
-            writer = DataFileWriter(self._db.store, self._meta(table_id),
-                                    target_file_size=self.target_file_size)
+            writer = DataFileWriter(
+                self._db.store, self._meta(table_id), target_file_size=self.target_file_size
+            )
             self._writers[table_id] = writer
         return writer
 
@@ -275,17 +292,22 @@ class Transaction:
             base = [f for p, f in self._state.tables[table_id].files.items() if p not in removed]
         return base, list(self._adds.get(table_id, ()))
 
-    def _plan_read(self, table_id: str, columns: Sequence[str] | None,
-                   filter: str | None) -> tuple[ScanPlan, list[AddFile]]:
+    def _plan_read(
+        self, table_id: str, columns: Sequence[str] | None, filter: str | None
+    ) -> tuple[ScanPlan, list[AddFile]]:
         self._check_open()
         plan = plan_scan(self._meta(table_id), columns, filter)
         base, own = self._live_files(table_id)
         chosen = plan.select(base)
         if table_id not in self._created:
-            self._footprint.reads.append(ReadRecord(
-                table_id, plan.table.name, frozenset(f.path for f in chosen),
-                None if plan.predicate is None else plan.matches,
-            ))
+            self._footprint.reads.append(
+                ReadRecord(
+                    table_id,
+                    plan.table.name,
+                    frozenset(f.path for f in chosen),
+                    None if plan.predicate is None else plan.matches,
+                )
+            )
         return plan, chosen + plan.select(own)
 
     # --- commit ------------------------------------------------------------------
@@ -295,14 +317,16 @@ class Transaction:
             self._flush(table_id)
         actions: list[Action] = list(self._drops.values())
         actions += self._metadata.values()
-        for table_id, adds in self._adds.items():
+        for adds in self._adds.values():
             actions += adds
         for removes in self._removes.values():
             actions += removes.values()
         actions += self._app_txns.values()
         return actions
 
-    def _commit_info(self, commit_id: str, state: DatabaseState, actions: list[Action]) -> CommitInfo:
+    def _commit_info(
+        self, commit_id: str, state: DatabaseState, actions: list[Action]
+    ) -> CommitInfo:
         ops = self._operations
         if len(ops) == 1:
             operation = ops[0]["operation"]
@@ -313,19 +337,27 @@ class Transaction:
             parameters = {"operations": ops}
         adds = [a for a in actions if isinstance(a, AddFile)]
         removes = [a for a in actions if isinstance(a, RemoveFile)]
-        metrics = {
-            "numAddedFiles": len(adds), "numAddedRows": sum(a.rows for a in adds),
+        touched = {self._table_name(a) for a in actions}
+        metrics: dict[str, Any] = {
+            "numAddedFiles": len(adds),
+            "numAddedRows": sum(a.rows for a in adds),
             "numAddedBytes": sum(a.size for a in adds),
-            "numRemovedFiles": len(removes), "numRemovedRows": sum(r.rows or 0 for r in removes),
+            "numRemovedFiles": len(removes),
+            "numRemovedRows": sum(r.rows or 0 for r in removes),
             "numRemovedBytes": sum(r.size or 0 for r in removes),
-            "tables": sorted({self._table_name(a) for a in actions if self._table_name(a)}),
+            "tables": sorted(name for name in touched if name is not None),
         }
         if self._app_txns:
             metrics["appTransactions"] = {k: t.version for k, t in self._app_txns.items()}
         return CommitInfo(
-            commit_id=commit_id, timestamp=max(int(time.time() * 1000), state.timestamp + 1),
-            read_version=self.read_version, isolation=self.isolation, operation=operation,
-            parameters=parameters, metrics=metrics, engine="mere",
+            commit_id=commit_id,
+            timestamp=max(int(time.time() * 1000), state.timestamp + 1),
+            read_version=self.read_version,
+            isolation=self.isolation,
+            operation=operation,
+            parameters=parameters,
+            metrics=metrics,
+            engine="mere",
         )
 
     def _table_name(self, action: Action) -> str | None:
@@ -395,7 +427,8 @@ class Transaction:
                 time.sleep(random.uniform(0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2**attempt)))
         raise RetriesExhausted(
             f"gave up after {self.max_commit_attempts} attempts to commit",
-            winning_version=base.version, table=None,
+            winning_version=base.version,
+            table=None,
         )
 
     def _rebase(self, base: DatabaseState, latest: int) -> DatabaseState:
@@ -430,8 +463,9 @@ class Transaction:
     def __enter__(self) -> Transaction:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: object) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
         if exc_type is None:
             if self._status == "open":
                 self.commit()
@@ -479,8 +513,9 @@ class TxTable:
         plan, files = self._tx._plan_read(self._id, columns, filter)
         return scan_files(self._tx._db.store, plan, files)
 
-    def scan_batches(self, columns: Sequence[str] | None = None,
-                     filter: str | None = None) -> pa.RecordBatchReader:
+    def scan_batches(
+        self, columns: Sequence[str] | None = None, filter: str | None = None
+    ) -> pa.RecordBatchReader:
         plan, files = self._tx._plan_read(self._id, columns, filter)
         return scan_batches(self._tx._db.store, plan, files)
 

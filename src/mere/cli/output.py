@@ -1,0 +1,159 @@
+"""Output helpers for the CLI: JSON-safe values, JSON printing, and rich tables.
+
+Machine output (``--json``) goes to stdout through :func:`emit_json` and never
+through rich, so it is never coloured or wrapped. Human output is rendered
+with rich, which drops colour codes by itself when stdout is not a terminal.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+
+import click
+import pyarrow as pa
+import pyarrow.compute as pc
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+#: How a null is shown in human output.
+NULL_TEXT = Text("null", style="dim italic")
+
+
+def json_value(value: Any) -> Any:
+    """A Python value from Arrow as a JSON-encodable value.
+
+    Dates, times and timestamps become ISO 8601 strings, decimals their exact
+    text (never an exponent), durations their text, binary base64, and
+    non-finite floats the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``.
+    Lists stay lists, structs objects, and maps lists of ``[key, value]`` pairs.
+    """
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        if math.isnan(value):
+            return "NaN"
+        return "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, datetime | date | time):  # pandas Timestamps are datetimes
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, Mapping):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_value(v) for v in value]
+    return str(value)
+
+
+def column_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """Every value of an Arrow column as a JSON-encodable value."""
+    try:
+        values = column.to_pylist()
+    except (ValueError, pa.ArrowException):
+        # E.g. nanosecond timestamps without pandas: fall back to Arrow's own text.
+        return list(pc.cast(column, pa.string()).to_pylist())
+    return [json_value(v) for v in values]
+
+
+def iter_rows(batch: pa.RecordBatch | pa.Table) -> Iterator[dict[str, Any]]:
+    """The rows of a batch as JSON-encodable dicts, in column order."""
+    names = batch.schema.names
+    columns = [column_values(batch.column(i)) for i in range(batch.num_columns)]
+    for i in range(batch.num_rows):
+        yield {name: col[i] for name, col in zip(names, columns, strict=True)}
+
+
+def emit_json(payload: Any, *, lines: bool = False) -> None:
+    """Print ``payload`` as JSON on stdout (compact on one line when ``lines``)."""
+    if lines:
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    else:
+        text = json.dumps(payload, ensure_ascii=False, indent=2)
+    click.echo(text)
+
+
+#: The width human output is laid out for when stdout is not a terminal (and
+#: ``COLUMNS`` is unset): wide, so that piped tables are not wrapped at 80.
+PIPE_WIDTH = 200
+
+
+def console() -> Console:
+    """A rich console on the current stdout (looked up at call time, for test runners)."""
+    out = Console(highlight=False)
+    if not out.is_terminal and not os.environ.get("COLUMNS"):
+        out = Console(highlight=False, width=PIPE_WIDTH)
+    return out
+
+
+def short_time(iso: str) -> str:
+    """An ISO timestamp as ``YYYY-MM-DD HH:MM:SS.mmm`` in UTC, for human output."""
+    moment = datetime.fromisoformat(iso)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+
+
+def cell(value: Any) -> Text:
+    """A JSON-encodable value as a table cell; strings are never read as rich markup."""
+    if value is None:
+        return NULL_TEXT.copy()
+    if isinstance(value, str):
+        return Text(value)
+    if isinstance(value, bool):
+        return Text("true" if value else "false")
+    if isinstance(value, dict | list):
+        return Text(json.dumps(value, ensure_ascii=False))
+    return Text(str(value))
+
+
+def human_size(size: int) -> str:
+    """Bytes in binary units: ``512 B``, ``1.5 KiB``, ``3.2 MiB``..."""
+    amount = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(amount) < 1024 or unit == "TiB":
+            return f"{size} B" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    raise AssertionError("unreachable")
+
+
+def make_table(columns: Sequence[str], *, right: Sequence[str] = ()) -> Table:
+    """A rich table with the given headers; columns named in ``right`` are right-aligned."""
+    table = Table(header_style="bold")
+    for name in columns:
+        table.add_column(name, justify="right" if name in right else "left", overflow="fold")
+    return table
+
+
+def titled(title: str, body: RenderableType, caption: str | None = None) -> Group:
+    """``body`` under a bold title line, with an optional dim caption line below.
+
+    Unlike a rich table's own title and caption, these are not wrapped to the
+    table's width.
+    """
+    parts: list[RenderableType] = [Text(title, style="bold"), body]
+    if caption is not None:
+        parts.append(Text(caption, style="dim"))
+    return Group(*parts)
+
+
+def key_values(rows: Sequence[tuple[str, Any]]) -> Table:
+    """A two-column grid of labels and values, for a record's fields."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column(overflow="fold")
+    for key, value in rows:
+        grid.add_row(Text(key), value if isinstance(value, Text) else cell(value))
+    return grid

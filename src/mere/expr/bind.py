@@ -1,0 +1,718 @@
+"""Binding: resolve columns against a schema and give every node an Arrow type.
+
+After :func:`bind`, every node carries its type, literals have the type of what
+they are compared with, and explicit :class:`~mere.expr.ast.Cast` nodes make both
+sides of every comparison and arithmetic operator the same type. Evaluation
+(:mod:`mere.expr.arrow`) and file skipping (:mod:`mere.expr.skipping`) therefore
+need no schema and agree on exactly which values are compared.
+
+Rules:
+
+* **Names.** A column name matches a field of the same name; otherwise a unique
+  case-insensitive match (quoted or not); several case-insensitive matches are an
+  error, as is an unknown name (the message lists the available columns). A
+  qualifier (``t.col``) is kept but ignored.
+* **Literals adapt to columns.** ``10`` compared with a ``float`` column becomes
+  ``10.0``, with an ``int32`` column an ``int32`` (when it fits), with a decimal
+  column a decimal of that scale (when exact). A string literal compared with a
+  date, timestamp or time column is parsed as one (``'2024-01-01'``,
+  ``'2024-01-01 10:00:00'``); a naive text compared with a time-zone-aware
+  column means that wall time in the column's zone. Strings never turn into
+  numbers or booleans: ``int_col = '5'`` is an error.
+* **Otherwise the narrower side is widened**: integers to a wider integer, to a
+  decimal or to ``float64``; decimals to a decimal of enough precision (or
+  ``float64`` beyond 38 digits); dates to timestamps; timestamp units to the finer.
+  Timestamps with and without a time zone do not compare.
+* **Arithmetic** follows DuckDB: ``+ - *`` keep the (widened) operand type and
+  fail on overflow; ``/`` is true division in ``float64``; ``//`` is integer
+  division truncating toward zero (integers only); ``%`` has the sign of the
+  dividend. Division or remainder by zero gives NULL (not an error, not infinity).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import decimal
+import re
+import zoneinfo
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pat
+
+from mere.errors import InvalidExpression
+from mere.expr import ast
+from mere.expr.ast import to_sql, type_sql
+
+#: What the expression language supports; used as the ``help`` of InvalidExpression.
+SUPPORTED_SQL = (
+    "supported: columns (plain, \"quoted\" or table.column), literals (numbers, 'strings', "
+    "TRUE/FALSE, NULL, DATE '...', TIMESTAMP '...', TIMESTAMPTZ '...'), comparisons "
+    "(= == != <> < <= > >=), AND/OR/NOT, [NOT] IN (...), [NOT] BETWEEN, IS [NOT] NULL, "
+    "IS [NOT] TRUE/FALSE, [NOT] LIKE/ILIKE [ESCAPE 'c'], + - * / // % ||, unary minus, "
+    "CAST(x AS type), and the functions " + ", ".join(ast.FUNCTIONS)
+)
+
+_COMPARE_HELP = (
+    "numbers compare with numbers, strings with strings, booleans with booleans, and "
+    "dates/timestamps with each other or with 'YYYY-MM-DD[ HH:MM:SS[+HH:MM]]' strings; "
+    "use CAST(x AS type) to convert"
+)
+
+_INT_BITS = {
+    pa.int8(): 8,
+    pa.int16(): 16,
+    pa.int32(): 32,
+    pa.int64(): 64,
+    pa.uint8(): 8,
+    pa.uint16(): 16,
+    pa.uint32(): 32,
+    pa.uint64(): 64,
+}
+_SIGNED = {8: pa.int8(), 16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
+_UNSIGNED = {8: pa.uint8(), 16: pa.uint16(), 32: pa.uint32(), 64: pa.uint64()}
+#: Decimal digits needed to hold every value of an integer type.
+_INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
+_UNIT_ORDER = {"s": 0, "ms": 1, "us": 2, "ns": 3}
+_OFFSET = re.compile(r"([+-])(\d{2}):?(\d{2})\Z")
+_FRACTION = re.compile(r"[.,](\d+)")
+
+
+# --- type categories --------------------------------------------------------------------
+
+
+def category(type_: pa.DataType) -> str:
+    """A coarse family used to decide which values may meet in one operator."""
+    if pat.is_null(type_):
+        return "null"
+    if pat.is_integer(type_):
+        return "int"
+    if pat.is_floating(type_):
+        return "float"
+    if pat.is_decimal(type_):
+        return "decimal"
+    if pat.is_string(type_) or pat.is_large_string(type_) or pat.is_string_view(type_):
+        return "string"
+    if pat.is_binary(type_) or pat.is_large_binary(type_) or pat.is_binary_view(type_):
+        return "binary"
+    if pat.is_boolean(type_):
+        return "bool"
+    if pat.is_date(type_):
+        return "date"
+    if pat.is_timestamp(type_):
+        return "timestamp"
+    if pat.is_time(type_):
+        return "time"
+    return "other"
+
+
+_NUMERIC = ("int", "float", "decimal")
+_ORDERED = (*_NUMERIC, "string", "binary", "bool", "date", "timestamp", "time", "null")
+
+
+def natural_int_type(value: int) -> pa.DataType:
+    """``int64`` when ``value`` fits, else ``decimal128(38, 0)``; OverflowError beyond that."""
+    if -(2**63) <= value < 2**63:
+        return pa.int64()
+    if abs(value) < 10**38:
+        return pa.decimal128(38, 0)
+    raise OverflowError(value)
+
+
+def common_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The type both ``a`` and ``b`` widen to for comparison or arithmetic, or None."""
+    if a == b:
+        return a
+    ca, cb = category(a), category(b)
+    if ca == "null":
+        return b
+    if cb == "null":
+        return a
+    if ca in _NUMERIC and cb in _NUMERIC:
+        return _common_numeric(a, b, ca, cb)
+    if ca == cb == "string":
+        return pa.large_string() if pa.large_string() in (a, b) else pa.string()
+    if ca == cb == "binary":
+        return pa.large_binary() if pa.large_binary() in (a, b) else pa.binary()
+    if ca == cb == "date":
+        return pa.date32()
+    if {ca, cb} == {"date", "timestamp"}:
+        return a if ca == "timestamp" else b
+    if ca == cb == "timestamp":
+        if (a.tz is None) != (b.tz is None):
+            return None
+        unit = max(a.unit, b.unit, key=_UNIT_ORDER.__getitem__)
+        return pa.timestamp(unit, a.tz)
+    if ca == cb == "time":
+        return (
+            a
+            if a.bit_width * 10 + _UNIT_ORDER[a.unit] > b.bit_width * 10 + _UNIT_ORDER[b.unit]
+            else b
+        )
+    return None
+
+
+def _common_numeric(a: pa.DataType, b: pa.DataType, ca: str, cb: str) -> pa.DataType:
+    if ca == cb == "int":
+        return _common_int(a, b)
+    if "float" in (ca, cb):
+        return pa.float32() if a == b == pa.float32() else pa.float64()
+    # decimal with decimal or integer
+    da = a if ca == "decimal" else _int_as_decimal(a)
+    db = b if cb == "decimal" else _int_as_decimal(b)
+    scale = max(da.scale, db.scale)
+    digits = max(da.precision - da.scale, db.precision - db.scale)
+    if digits + scale > 38:
+        return pa.float64()
+    return pa.decimal128(digits + scale, scale)
+
+
+def _common_int(a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    sa, sb = pat.is_signed_integer(a), pat.is_signed_integer(b)
+    wa, wb = _INT_BITS[a], _INT_BITS[b]
+    if sa == sb:
+        return a if wa >= wb else b
+    signed_bits, unsigned_bits = (wa, wb) if sa else (wb, wa)
+    if signed_bits > unsigned_bits:
+        return _SIGNED[signed_bits]
+    if unsigned_bits < 64:
+        return _SIGNED[unsigned_bits * 2]
+    return pa.decimal128(20, 0)
+
+
+def _int_as_decimal(type_: pa.DataType) -> pa.DataType:
+    bits = _INT_BITS[type_]
+    digits = _INT_DIGITS[bits] + (1 if bits == 64 and pat.is_unsigned_integer(type_) else 0)
+    return pa.decimal128(digits, 0)
+
+
+# --- literal values ---------------------------------------------------------------------
+
+
+def make_literal(value: Any, type_: pa.DataType) -> ast.Literal:
+    """A literal of ``type_`` whose value is normalised through pyarrow (ValueError if invalid)."""
+    if value is None:
+        return ast.Literal(None, type_)
+    try:
+        scalar = pa.scalar(value, type=type_)
+    except (pa.ArrowException, OverflowError, TypeError) as e:
+        raise ValueError(str(e)) from None
+    return ast.Literal(scalar.as_py(), type_)
+
+
+def _tzinfo(tz: str) -> dt.tzinfo:
+    match = _OFFSET.match(tz)
+    if match:
+        sign = -1 if match.group(1) == "-" else 1
+        delta = dt.timedelta(hours=int(match.group(2)), minutes=int(match.group(3)))
+        return dt.timezone(sign * delta)
+    try:
+        return zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {tz!r}") from None
+
+
+def parse_timestamp(text: str) -> dt.datetime:
+    """ISO text (``YYYY-MM-DD[ HH:MM[:SS[.ffffff]]][Z|+HH[:MM]]``) as a datetime."""
+    for frac in _FRACTION.findall(text):
+        if len(frac) > 6 and frac[6:].strip("0"):
+            raise ValueError("timestamps are given to at most microsecond precision")
+    return dt.datetime.fromisoformat(text.strip())
+
+
+def _datetime_for(value: dt.datetime, type_: pa.DataType) -> dt.datetime:
+    """``value`` adjusted to a timestamp type: naive values are wall times in its zone."""
+    if type_.tz is None:
+        if value.tzinfo is not None:
+            raise ValueError(
+                "has a time zone offset but the other side is a TIMESTAMP without time zone"
+            )
+        return value
+    if value.tzinfo is None:
+        return value.replace(tzinfo=_tzinfo(type_.tz))
+    return value
+
+
+def _fits_unit(value: dt.datetime, unit: str) -> bool:
+    if unit == "s":
+        return value.microsecond == 0
+    if unit == "ms":
+        return value.microsecond % 1000 == 0
+    return True
+
+
+def _parse_text_as(text: str, type_: pa.DataType) -> Any:
+    """A string literal read as a date, timestamp, time or binary value of ``type_``."""
+    cat = category(type_)
+    if cat == "date":
+        return dt.date.fromisoformat(text.strip())
+    if cat == "timestamp":
+        return _datetime_for(parse_timestamp(text), type_)
+    if cat == "time":
+        return dt.time.fromisoformat(text.strip())
+    if cat == "binary":
+        return text.encode("utf-8")
+    if cat == "string":
+        return text
+    raise TypeError
+
+
+def coerce_literal(lit: ast.Literal, target: pa.DataType) -> ast.Literal:
+    """``lit`` moved as close to ``target`` as is exact; unchanged if nothing fits.
+
+    Returns a literal of ``target`` when the value converts without loss, a literal
+    of a nearby type when only that is exact (a timestamp with microseconds for a
+    seconds column), or ``lit`` itself; the caller then widens. Raises ValueError
+    for a string that should be a date/time but is malformed.
+    """
+    value, src = lit.value, lit.type
+    assert src is not None
+    if value is None:
+        return ast.Literal(None, target)
+    if src == target:
+        return lit
+    cs, ct = category(src), category(target)
+    if cs == "string" and ct in ("string", "binary", "date", "time"):
+        return make_literal(_parse_text_as(value, target), target)
+    if cs == "string" and ct == "timestamp":
+        return _timestamp_literal(_parse_text_as(value, target), target)
+    if cs == "date" and ct == "timestamp":
+        midnight = dt.datetime.combine(value, dt.time())
+        return _timestamp_literal(_datetime_for(midnight, target), target)
+    if cs == ct == "timestamp":
+        return _timestamp_literal(_datetime_for(value, target), target)
+    if ct == "float" and cs in _NUMERIC:
+        # Numbers meet a float column in its own precision: f32_col = 0.1 means 0.1f.
+        return make_literal(float(value), target)
+    if cs in ("int", "decimal") and ct in ("int", "decimal"):
+        return _exact_number(lit, target)
+    return lit
+
+
+def _timestamp_literal(value: dt.datetime, target: pa.DataType) -> ast.Literal:
+    if _fits_unit(value, target.unit):
+        return make_literal(value, target)
+    return make_literal(value, pa.timestamp("us", target.tz))
+
+
+def _exact_number(lit: ast.Literal, target: pa.DataType) -> ast.Literal:
+    value = decimal.Decimal(lit.value)
+    if pat.is_integer(target):
+        if value != value.to_integral_value():
+            return lit
+        try:
+            return make_literal(int(value), target)
+        except ValueError:
+            return lit
+    scale = target.scale
+    quantum = decimal.Decimal(1).scaleb(-scale)
+    try:
+        quantized = value.quantize(quantum, context=decimal.Context(prec=80))
+    except decimal.InvalidOperation:
+        return lit
+    if quantized != value or len(quantized.as_tuple().digits) > target.precision:
+        return lit
+    try:
+        return make_literal(quantized, target)
+    except ValueError:
+        return lit
+
+
+def cast_literal(lit: ast.Literal, to: pa.DataType, *, context: str) -> ast.Literal:
+    """``CAST(lit AS to)`` computed now, with the same meaning as the Arrow cast.
+
+    Strings become dates/timestamps/times by ISO parsing (``TIMESTAMPTZ`` text without
+    an offset is UTC); everything else uses Arrow's safe cast, which fails rather than
+    round or overflow. Raises InvalidExpression naming ``context``.
+    """
+    src = lit.type or pa.null()
+    if lit.value is None:
+        return ast.Literal(None, to)
+    try:
+        if category(src) == "string" and category(to) in ("date", "time", "timestamp", "binary"):
+            return make_literal(_parse_text_as(lit.value, _utc(to)), to)
+        if category(src) == "date" and category(to) == "timestamp":
+            midnight = dt.datetime.combine(lit.value, dt.time())
+            return make_literal(_datetime_for(midnight, _utc(to)), to)
+        scalar = pa.scalar(lit.value, type=src).cast(to, safe=True)
+        return ast.Literal(scalar.as_py(), to)
+    except (ValueError, TypeError, OverflowError, pa.ArrowException) as e:
+        raise InvalidExpression(
+            f"cannot evaluate {context!r}: {_first_line(str(e)) or 'invalid value'}",
+            help="dates are 'YYYY-MM-DD', timestamps 'YYYY-MM-DD HH:MM:SS[.ffffff][+HH:MM]'; "
+            "casts fail rather than round or overflow",
+        ) from None
+
+
+def _utc(type_: pa.DataType) -> pa.DataType:
+    """For a tz-aware timestamp type, the same unit in UTC (how TIMESTAMPTZ text is read)."""
+    if pat.is_timestamp(type_) and type_.tz is not None:
+        return pa.timestamp(type_.unit, "UTC")
+    return type_
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+# --- binding ----------------------------------------------------------------------------
+
+
+def bind(expr: ast.Expr, schema: pa.Schema) -> ast.Expr:
+    """Resolve ``expr`` against ``schema`` and type every node (see the module docstring).
+
+    Raises:
+        InvalidExpression: unknown or ambiguous column, or operands whose types
+            cannot meet (the message quotes the expression and the types).
+    """
+    if not isinstance(schema, pa.Schema):
+        raise TypeError(f"schema must be a pyarrow.Schema, not {type(schema).__name__}")
+    return _Binder(schema, expr).bind(expr)
+
+
+def is_boolean(expr: ast.Expr) -> bool:
+    """Whether ``expr`` yields a boolean (usable as a filter).
+
+    For a bound expression this is its type (``BOOLEAN``, or an untyped ``NULL``).
+    For an unbound one it is decided from the shape: predicates are boolean, a
+    bare column is not (its type is unknown until bound).
+    """
+    if isinstance(expr, ast.Literal):
+        return expr.type is not None and (pat.is_boolean(expr.type) or pat.is_null(expr.type))
+    if expr.type is not None:
+        return bool(pat.is_boolean(expr.type))
+    return isinstance(
+        expr, ast.Compare | ast.And | ast.Or | ast.Not | ast.In | ast.IsNull | ast.IsBool | ast.Like
+    )
+
+
+class _Binder:
+    """Binds one tree against one schema."""
+
+    def __init__(self, schema: pa.Schema, root: ast.Expr) -> None:
+        self.schema = schema
+        self.root = root
+        self.names: list[str] = list(schema.names)
+
+    def fail(self, what: str, node: ast.Expr, help: str = SUPPORTED_SQL) -> NoReturn:
+        raise InvalidExpression(f"{what} in {to_sql(node)!r}", help=help)
+
+    def bind(self, node: ast.Expr) -> ast.Expr:
+        """The bound copy of ``node``."""
+        if isinstance(node, ast.Column):
+            return self._column(node)
+        if isinstance(node, ast.Literal):
+            if node.type is None:
+                raise TypeError(f"literal without a type: {node!r}")
+            return node
+        if isinstance(node, ast.Compare):
+            return self._compare(node)
+        if isinstance(node, ast.And | ast.Or):
+            items = tuple(self._boolean(self.bind(i), i, node) for i in node.items)
+            return dataclasses.replace(node, items=items, type=pa.bool_())
+        if isinstance(node, ast.Not):
+            return ast.Not(self._boolean(self.bind(node.operand), node.operand, node), pa.bool_())
+        if isinstance(node, ast.IsBool):
+            operand = self._boolean(self.bind(node.operand), node.operand, node)
+            return dataclasses.replace(node, operand=operand, type=pa.bool_())
+        if isinstance(node, ast.IsNull):
+            return dataclasses.replace(node, operand=self.bind(node.operand), type=pa.bool_())
+        if isinstance(node, ast.In):
+            return self._in(node)
+        if isinstance(node, ast.Like):
+            return self._like(node)
+        if isinstance(node, ast.Arith):
+            return self._arith(node)
+        if isinstance(node, ast.Neg):
+            return self._neg(node)
+        if isinstance(node, ast.Cast):
+            return self._cast(node)
+        if isinstance(node, ast.Func):
+            return self._func(node)
+        raise TypeError(f"not an expression node: {node!r}")
+
+    # --- columns ----------------------------------------------------------------------
+
+    def _column(self, node: ast.Column) -> ast.Column:
+        name = node.name
+        exact = [n for n in self.names if n == name]
+        if not exact:
+            exact = [n for n in self.names if n.casefold() == name.casefold()]
+        if len(exact) == 1:
+            field = self.schema.field(self.names.index(exact[0]))
+            return ast.Column(field.name, node.qualifier, field.type)
+        if not exact:
+            available = ", ".join(ast.quote_identifier(n) for n in self.names) or "(none)"
+            raise InvalidExpression(
+                f"unknown column {ast.quote_identifier(name)} in {to_sql(self.root)!r}; "
+                f"available columns: {available}",
+                help='quote names with spaces or capitals in double quotes, e.g. "My Col"',
+            )
+        raise InvalidExpression(
+            f"column name {ast.quote_identifier(name)} in {to_sql(self.root)!r} is ambiguous: "
+            "it matches "
+            + ", ".join(ast.quote_identifier(n) for n in exact),
+            help="write the exact name in double quotes",
+        )
+
+    # --- type unification --------------------------------------------------------------
+
+    def _unify(
+        self, nodes: Sequence[ast.Expr], ctx: ast.Expr, *, what: str = "compare"
+    ) -> tuple[list[ast.Expr], pa.DataType]:
+        """Give bound ``nodes`` one common type: literals adapt, other nodes are cast."""
+        hard = [n for n in nodes if not isinstance(n, ast.Literal)]
+        literals = [n for n in nodes if isinstance(n, ast.Literal)]
+        target: pa.DataType | None = None
+        for n in hard:
+            target = n.type if target is None else self._widen(target, n, ctx, nodes, what)
+        if target is None:
+            # Only literals: strings and NULLs adapt to whatever typed literal is present.
+            firm = [n for n in literals if category(n.type) not in ("string", "null")]
+            soft = [n for n in literals if category(n.type) == "string"]
+            for n in firm or soft:
+                target = n.type if target is None else self._widen(target, n, ctx, nodes, what)
+        if target is None:
+            return list(nodes), pa.null()
+        for lit in literals:
+            moved = self._coerce(lit, target, ctx)
+            if moved.type != target:
+                target = self._widen(target, moved, ctx, nodes, what)
+        out: list[ast.Expr] = []
+        for n in nodes:
+            if isinstance(n, ast.Literal):
+                moved = self._coerce(n, target, ctx)
+                if moved.type != target:
+                    moved = cast_literal(moved, target, context=to_sql(ctx))
+                out.append(moved)
+            elif n.type != target:
+                out.append(ast.Cast(n, target, safe=not _rounds(n.type, target), type=target))
+            else:
+                out.append(n)
+        return out, target
+
+    def _widen(
+        self,
+        target: pa.DataType,
+        node: ast.Expr,
+        ctx: ast.Expr,
+        nodes: Sequence[ast.Expr],
+        what: str,
+    ) -> pa.DataType:
+        assert node.type is not None
+        common = common_type(target, node.type)
+        if common is None:
+            described = " and ".join(f"{to_sql(n)} ({type_sql(n.type)})" for n in nodes if n.type)
+            self.fail(f"cannot {what} {described}", ctx, help=_COMPARE_HELP)
+        return common
+
+    def _coerce(self, lit: ast.Literal, target: pa.DataType, ctx: ast.Expr) -> ast.Literal:
+        try:
+            return coerce_literal(lit, target)
+        except (ValueError, TypeError, OverflowError) as e:
+            self.fail(
+                f"{to_sql(lit)} is not a valid {type_sql(target)}: {_first_line(str(e))}",
+                ctx,
+                help=_COMPARE_HELP,
+            )
+
+    def _boolean(self, bound: ast.Expr, original: ast.Expr, ctx: ast.Expr) -> ast.Expr:
+        assert bound.type is not None
+        if pat.is_boolean(bound.type):
+            return bound
+        if pat.is_null(bound.type) and isinstance(bound, ast.Literal):
+            return ast.Literal(None, pa.bool_())
+        self.fail(
+            f"{to_sql(original)} is {type_sql(bound.type)}, not a boolean",
+            ctx,
+            help="AND, OR, NOT and IS TRUE/FALSE need boolean operands, e.g. amount > 0",
+        )
+
+    def _check_ordered(self, nodes: Sequence[ast.Expr], ctx: ast.Expr) -> None:
+        for n in nodes:
+            assert n.type is not None
+            if category(n.type) not in _ORDERED:
+                self.fail(f"cannot compare values of type {n.type}", ctx, help=_COMPARE_HELP)
+
+    # --- predicates -------------------------------------------------------------------
+
+    def _compare(self, node: ast.Compare) -> ast.Expr:
+        left, right = self.bind(node.left), self.bind(node.right)
+        self._check_ordered((left, right), node)
+        (left, right), target = self._unify((left, right), node)
+        if pat.is_null(target):
+            return ast.Literal(None, pa.bool_())
+        return ast.Compare(node.op, left, right, pa.bool_())
+
+    def _in(self, node: ast.In) -> ast.Expr:
+        operand = self.bind(node.operand)
+        self._check_ordered((operand,), node)
+        unified, target = self._unify((operand, *node.values), node)
+        if pat.is_null(target):
+            return ast.Literal(None, pa.bool_())
+        values = tuple(v for v in unified[1:] if isinstance(v, ast.Literal))
+        return ast.In(unified[0], values, node.negated, pa.bool_())
+
+    def _like(self, node: ast.Like) -> ast.Expr:
+        operand = self.bind(node.operand)
+        assert operand.type is not None
+        if isinstance(operand, ast.Literal) and operand.value is None:
+            return ast.Literal(None, pa.bool_())
+        if category(operand.type) != "string":
+            self.fail(
+                f"LIKE needs a string, but {to_sql(node.operand)} is {type_sql(operand.type)}",
+                node,
+                help="use CAST(x AS VARCHAR) LIKE '...'",
+            )
+        return dataclasses.replace(node, operand=operand, type=pa.bool_())
+
+    # --- values -----------------------------------------------------------------------
+
+    def _numeric(self, nodes: Sequence[ast.Expr], ctx: ast.Expr, what: str) -> None:
+        for n in nodes:
+            assert n.type is not None
+            if category(n.type) not in (*_NUMERIC, "null"):
+                self.fail(
+                    f"{what} needs numbers, but {to_sql(n)} is {type_sql(n.type)}",
+                    ctx,
+                    help="arithmetic works on integers, decimals and floats; || joins strings",
+                )
+
+    def _arith(self, node: ast.Arith) -> ast.Expr:
+        from mere.expr.arrow import arith_result_type
+
+        left, right = self.bind(node.left), self.bind(node.right)
+        op = node.op
+        if op == "||":
+            for n in (left, right):
+                assert n.type is not None
+                if category(n.type) not in ("string", "null"):
+                    self.fail(
+                        f"|| joins strings, but {to_sql(n)} is {type_sql(n.type)}",
+                        node,
+                        help="use CAST(x AS VARCHAR) || ...",
+                    )
+            (left, right), target = self._unify((left, right), node, what="concatenate")
+            if pat.is_null(target):
+                return ast.Literal(None, pa.string())
+            return ast.Arith(op, left, right, target)
+        self._numeric((left, right), node, f"operator {op}")
+        if op == "/":
+            left, right = (self._to_float64(n, node) for n in (left, right))
+            return ast.Arith(op, left, right, pa.float64())
+        (left, right), target = self._unify((left, right), node, what="combine")
+        if pat.is_null(target):
+            return ast.Literal(None, pa.null())
+        if op == "//" and category(target) != "int":
+            self.fail(
+                f"// is integer division, but the operands are {type_sql(target)}",
+                node,
+                help="use / for division of decimals and floats",
+            )
+        try:
+            return ast.Arith(op, left, right, arith_result_type(op, target))
+        except pa.ArrowInvalid:
+            # Decimal precision would exceed 38 digits: compute in float64 instead.
+            left, right = (self._to_float64(n, node) for n in (left, right))
+            return ast.Arith(op, left, right, arith_result_type(op, pa.float64()))
+        except pa.ArrowNotImplementedError:
+            self.fail(f"operator {op} is not supported for {type_sql(target)}", node)
+
+    def _to_float64(self, node: ast.Expr, ctx: ast.Expr) -> ast.Expr:
+        assert node.type is not None
+        if node.type == pa.float64():
+            return node
+        if isinstance(node, ast.Literal):
+            return cast_literal(node, pa.float64(), context=to_sql(ctx))
+        return ast.Cast(node, pa.float64(), safe=False, type=pa.float64())
+
+    def _neg(self, node: ast.Neg) -> ast.Expr:
+        from mere.expr.arrow import unary_result_type
+
+        operand = self.bind(node.operand)
+        self._numeric((operand,), node, "unary minus")
+        assert operand.type is not None
+        if pat.is_null(operand.type):
+            return ast.Literal(None, pa.null())
+        if pat.is_unsigned_integer(operand.type):
+            wider = common_type(operand.type, pa.int8())
+            assert wider is not None
+            operand = self._cast_node(operand, wider, node)
+        assert operand.type is not None
+        try:
+            return ast.Neg(operand, unary_result_type("negate_checked", operand.type))
+        except pa.ArrowException:
+            self.fail(f"cannot negate {type_sql(operand.type)}", node)
+
+    def _cast_node(self, operand: ast.Expr, to: pa.DataType, ctx: ast.Expr) -> ast.Expr:
+        if isinstance(operand, ast.Literal):
+            return cast_literal(operand, to, context=to_sql(ctx))
+        return ast.Cast(operand, to, safe=not _rounds(operand.type, to), type=to)
+
+    def _cast(self, node: ast.Cast) -> ast.Expr:
+        operand = self.bind(node.operand)
+        assert operand.type is not None
+        if isinstance(operand, ast.Literal):
+            return cast_literal(operand, node.to, context=to_sql(node))
+        try:
+            pc.cast(pa.array([], type=operand.type), node.to)
+        except pa.ArrowException:
+            self.fail(
+                f"cannot cast {type_sql(operand.type)} to {type_sql(node.to)}",
+                node,
+                help="casts between numbers, strings, booleans, dates and timestamps are supported",
+            )
+        return ast.Cast(operand, node.to, node.safe, node.to)
+
+    def _func(self, node: ast.Func) -> ast.Expr:
+        args = [self.bind(a) for a in node.args]
+        name = node.name
+        arity = {"lower": (1, 1), "upper": (1, 1), "length": (1, 1), "abs": (1, 1)}
+        arity.update({"coalesce": (1, 1000), "substring": (2, 3)})
+        if name not in arity:
+            self.fail(f"unknown function {name}", node)
+        low, high = arity[name]
+        if not low <= len(args) <= high:
+            count = str(low) if low == high else f"{low} to {high}"
+            self.fail(f"{name}() takes {count} argument(s), got {len(args)}", node)
+        if name == "coalesce":
+            unified, target = self._unify(args, node, what="combine")
+            return ast.Func(name, tuple(unified), target)
+        first = args[0]
+        assert first.type is not None
+        if name == "abs":
+            self._numeric(args, node, "abs()")
+            if pat.is_null(first.type):
+                return ast.Literal(None, pa.null())
+            return ast.Func(name, (first,), first.type)
+        if category(first.type) not in ("string", "null"):
+            self.fail(
+                f"{name}() needs a string, but {to_sql(first)} is {type_sql(first.type)}", node
+            )
+        if pat.is_null(first.type):
+            first = ast.Literal(None, pa.string())
+            assert first.type is not None
+        if name == "length":
+            return ast.Func(name, (first,), pa.int64())
+        if name == "substring":
+            for pos, arg in enumerate(args[1:]):
+                value = arg.value if isinstance(arg, ast.Literal) else None
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1 - pos:
+                    self.fail(
+                        "substring() takes a start position >= 1 and a length >= 0 "
+                        "as integer literals",
+                        node,
+                    )
+            ints = tuple(
+                make_literal(a.value, pa.int64()) for a in args[1:] if isinstance(a, ast.Literal)
+            )
+            return ast.Func(name, (first, *ints), first.type)
+        return ast.Func(name, (first,), first.type)
+
+
+def _rounds(src: pa.DataType | None, dst: pa.DataType) -> bool:
+    """Whether an implicit cast ``src -> dst`` is meant to round (so must not be 'safe')."""
+    return src is not None and category(dst) == "float" and category(src) in _NUMERIC
