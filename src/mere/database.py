@@ -21,7 +21,14 @@ from mere.errors import (
     TableNotFound,
     VersionNotFound,
 )
-from mere.log.actions import FORMAT_VERSION, CommitInfo, DatabaseMeta, Protocol, encode_commit
+from mere.log.actions import (
+    FORMAT_VERSION,
+    Action,
+    CommitInfo,
+    DatabaseMeta,
+    Protocol,
+    encode_commit,
+)
 from mere.log.log import Log, PutOutcome
 from mere.names import check_table_name
 from mere.snapshot.loader import load_state
