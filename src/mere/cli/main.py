@@ -159,7 +159,7 @@ def _missing_local_path(uri: str) -> str | None:
         path = uri
     else:
         return None
-    absolute = Path(os.path.abspath(os.path.expanduser(path)))
+    absolute = Path(os.path.abspath(path))
     return None if absolute.exists() else absolute.as_uri()
 
 
@@ -207,7 +207,13 @@ def _iso(moment: datetime) -> str:
     is_flag=True,
     help="Print machine-readable JSON on stdout (same as --json on the command).",
 )
-@click.version_option(mere.__version__, "-V", "--version", prog_name="mere")
+@click.version_option(
+    mere.__version__,
+    "-V",
+    "--version",
+    prog_name="mere",
+    help="Show the version of mere and exit.",
+)
 def cli(as_json: bool) -> None:
     """Inspect a mere database: versions, tables, schemas, history and rows.
 
@@ -219,12 +225,14 @@ def cli(as_json: bool) -> None:
       a table for people (no colour when stdout is not a terminal), or
       with --json, JSON on stdout only (before or after the command:
       `mere --json tables URI` or `mere tables URI --json`).
+    Time travel: tables, describe and scan read an older version with
+    --version N or --timestamp ISO.
     Exit status: 0 on success, 1 on an error (one `error: ...` line on
     stderr), 2 on a usage error.
     """
 
 
-@cli.command()
+@cli.command(short_help="Show the latest version and when it was committed.")
 @click.argument("uri")
 @json_option
 @click.pass_context
@@ -292,7 +300,7 @@ def tables(
     out.print(titled(f"tables at version {snap.version}", table))
 
 
-@cli.command()
+@cli.command(short_help="Describe a table: schema, partitioning, properties, size.")
 @click.argument("uri")
 @click.argument("table_name", metavar="TABLE")
 @snapshot_options
@@ -417,7 +425,7 @@ def _parse_columns(text: str | None) -> list[str] | None:
     return names
 
 
-@cli.command()
+@cli.command(short_help="Print the rows of a table (filter, columns, time travel).")
 @click.argument("uri")
 @click.argument("table_name", metavar="TABLE")
 @click.option(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from enum import Enum
 
 from mere.errors import (
@@ -174,8 +175,9 @@ class Log:
             VersionNotFound: every readable version is newer than the timestamp.
         """
         if self.commit_timestamp(oldest) > timestamp_ms:
+            when = datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC).isoformat()
             raise VersionNotFound(
-                f"no version was committed at or before {timestamp_ms} ms; the oldest "
+                f"no version was committed at or before {when}; the oldest "
                 f"readable version is {oldest}"
             )
         lo, hi = oldest, latest

@@ -1,0 +1,146 @@
+"""Helpers shared by the benchmark scripts: statistics, tables, JSON results, machine facts."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+
+#: The schema of the baseline measurements in shared/notes (Spark, deltalake, pyarrow).
+BASELINE_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64()),
+        pa.field("customer_id", pa.int64()),
+        pa.field("amount", pa.float64()),
+        pa.field("ts", pa.timestamp("us", tz="UTC")),
+        pa.field("country", pa.string()),
+        pa.field("note", pa.string()),
+    ]
+)
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (0..100) with linear interpolation; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    rank = (len(ordered) - 1) * p / 100.0
+    lo = int(rank)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def ms(seconds: float) -> float:
+    return seconds * 1000.0
+
+
+def machine_info() -> dict[str, Any]:
+    """What the figures were measured on."""
+    import numpy
+
+    info: dict[str, Any] = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "pyarrow": pa.__version__,
+        "numpy": numpy.__version__,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+    try:
+        import mere
+
+        info["mere"] = mere.__version__
+    except ImportError:  # pragma: no cover - the scripts import mere anyway
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(f.readline().split()[1])
+        info["ram_gib"] = round(kb / 1024 / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return info
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table, numbers right-aligned."""
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            if v != v:  # NaN
+                return "-"
+            if abs(v) >= 100:
+                return f"{v:,.0f}"
+            if abs(v) >= 10:
+                return f"{v:.1f}"
+            return f"{v:.3f}" if abs(v) < 1 else f"{v:.2f}"
+        if isinstance(v, int):
+            return f"{v:,}"
+        return str(v)
+
+    text = [[cell(v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in text:
+        for i, c in enumerate(row):
+            widths[i] = max(widths[i], len(c))
+    numeric = [
+        all(isinstance(row[i], int | float) for row in rows if i < len(row))
+        for i in range(len(headers))
+    ]
+
+    def line(cells: Sequence[str]) -> str:
+        out = []
+        for i, c in enumerate(cells):
+            out.append(c.rjust(widths[i]) if numeric[i] and rows else c.ljust(widths[i]))
+        return "  ".join(out).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), sep, *(line(r) for r in text)])
+
+
+def write_results(name: str, payload: dict[str, Any], path: str | None = None) -> Path:
+    """Write ``payload`` (plus machine facts) as JSON to ``benchmarks/results/<name>.json``."""
+    out = Path(path) if path else RESULTS_DIR / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    body = {"benchmark": name, "machine": machine_info(), **payload}
+    out.write_text(json.dumps(body, indent=2, default=str) + "\n")
+    return out
+
+
+class Progress:
+    """Prints a progress line at most every ``every`` seconds."""
+
+    def __init__(self, label: str, total: int, every: float = 5.0) -> None:
+        self.label = label
+        self.total = total
+        self.every = every
+        self.start = time.perf_counter()
+        self._last = self.start
+
+    def update(self, done: int) -> None:
+        now = time.perf_counter()
+        if now - self._last >= self.every or done == self.total:
+            self._last = now
+            rate = done / max(now - self.start, 1e-9)
+            print(
+                f"  {self.label}: {done:,}/{self.total:,} ({now - self.start:.1f} s, "
+                f"{rate:,.0f}/s)",
+                flush=True,
+            )
