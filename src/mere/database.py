@@ -318,6 +318,21 @@ class Table:
         assert tx.commit_version is not None
         return tx.commit_version
 
+    def delete(self, where: str) -> int:
+        """Delete matching rows in a transaction of their own; returns how many."""
+        with self._db.transaction() as tx:
+            return tx.table(self.name).delete(where)
+
+    def update(self, where: str | None, set: dict[str, Any]) -> int:
+        """Update matching rows in a transaction of their own; returns how many."""
+        with self._db.transaction() as tx:
+            return tx.table(self.name).update(where, set)
+
+    def overwrite(self, data: Any, where: str | None = None) -> int:
+        """Replace all rows, or those matching ``where``, in a transaction of their own."""
+        with self._db.transaction() as tx:
+            return tx.table(self.name).overwrite(data, where)
+
     def scan(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         return self._snapshot().scan(columns, filter)
 

@@ -334,14 +334,8 @@ def _flatten(tree):
 
 
 def _foldable_neg(tree) -> bool:
-    """Neg of a literal is folded by the parser, so such trees do not round-trip."""
-    return any(
-        isinstance(n, Neg)
-        and isinstance(n.operand, Literal)
-        or isinstance(n, Cast)
-        and isinstance(n.operand, Literal)
-        for n in tree.walk()
-    )
+    """Neg or CAST of a literal is folded by the parser, so such trees do not round-trip."""
+    return any(isinstance(n, Neg | Cast) and isinstance(n.operand, Literal) for n in tree.walk())
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -331,7 +331,8 @@ def leaf(draw) -> str:
     if kind == 9:
         return f"-{draw(st.sampled_from(NUMERIC))} {op} {_lit('i', draw(VALUES['i']))}"
     if kind == 10:
-        return f"CAST({draw(st.sampled_from(['i', 'j', 'd']))} AS DOUBLE) {op} {value if col in NUMERIC else '1.5'}"
+        operand = draw(st.sampled_from(["i", "j", "d"]))
+        return f"CAST({operand} AS DOUBLE) {op} {value if col in NUMERIC else '1.5'}"
     return f"day {op} tz" if draw(st.booleans()) else f"tz {op} DATE '2024-01-01'"
 
 
@@ -348,7 +349,7 @@ predicates = st.recursive(
 
 
 @settings(
-    max_examples=800,
+    max_examples=400,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

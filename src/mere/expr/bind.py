@@ -453,8 +453,7 @@ class _Binder:
             )
         raise InvalidExpression(
             f"column name {ast.quote_identifier(name)} in {to_sql(self.root)!r} is ambiguous: "
-            "it matches "
-            + ", ".join(ast.quote_identifier(n) for n in exact),
+            "it matches " + ", ".join(ast.quote_identifier(n) for n in exact),
             help="write the exact name in double quotes",
         )
 

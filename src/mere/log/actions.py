@@ -40,6 +40,9 @@ class CommitInfo:
     parameters: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     engine: str = "mere"
+    #: True when the transaction only added rows without reading or removing any:
+    #: such commits never invalidate reads below the serializable level.
+    is_blind_append: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,7 @@ def action_to_json(action: Action | CommitInfo) -> dict[str, Any]:
                     "operationParameters": action.parameters,
                     "operationMetrics": action.metrics,
                     "engine": action.engine,
+                    "isBlindAppend": action.is_blind_append,
                 }
             }
         case Protocol():
@@ -289,6 +293,7 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
             parameters=_get(body, "operationParameters", dict, optional=True) or {},
             metrics=_get(body, "operationMetrics", dict, optional=True) or {},
             engine=_get(body, "engine", str, optional=True) or "",
+            is_blind_append=_get(body, "isBlindAppend", bool, optional=True) is True,
         )
     if kind == "protocol":
         return Protocol(_get(body, "formatVersion", int))

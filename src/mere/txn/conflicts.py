@@ -14,12 +14,15 @@ alter/drop a table we write     conflict  conflict            conflict
 add files to a table we alter   conflict  conflict            conflict
 remove a file we remove         conflict  conflict            conflict
 remove a file we read           --        conflict            conflict
-rewrite rows matching our read  --        conflict            conflict
+add matching rows, not blind    --        conflict            conflict
 append rows matching our read   --        --                  conflict
 alter/drop a table we read      --        --                  conflict
 create/drop a name we looked up --        --                  conflict
 ==============================  ========  ==================  ============
 
+A commit is *blind* when it only appended, without reading or removing
+anything (``commitInfo.isBlindAppend``); an overwrite, delete, update or
+merge, or an append after a read, is not.
 "Matching our read" is judged per file from partition values and statistics
 against the read's filter, so writers of disjoint keys do not conflict.
 Removals that are not data changes (compaction) never invalidate a read.
@@ -151,11 +154,11 @@ def check_winner(tx: TxFootprint, before: DatabaseState, winner: Commit) -> None
                     winning_version=v,
                     table=read.table_name,
                 )
-        rewrite = any(r.data_change for r in table_removes)
+        rewrite = not winner.info.is_blind_append
         if serializable or rewrite:
             for a in adds.get(read.table_id, ()):
                 if a.data_change and (read.matches is None or read.matches(a)):
-                    kind = "added" if not rewrite else "rewrote"
+                    kind = "appended" if winner.info.is_blind_append else "wrote"
                     raise errors.ConcurrentAppend(
                         f"a concurrent commit {kind} rows of table {read.table_name!r} that match "
                         "what this transaction read",

@@ -53,6 +53,7 @@ from mere.txn.conflicts import ReadRecord, TxFootprint, check_winner
 
 if TYPE_CHECKING:
     from mere.database import Database
+    from mere.ops.merge import TableMerger
 
 log = logging.getLogger("mere.txn")
 
@@ -102,6 +103,7 @@ class Transaction:
         self._app_txns: dict[str, AppTxn] = {}
         self._operations: list[dict[str, Any]] = []
         self._status: Literal["open", "committed", "aborted"] = "open"
+        self._rewrites = False  # set by any operation other than a plain append
         self.commit_version: int | None = None
 
     # --- introspection ---------------------------------------------------------
@@ -310,6 +312,36 @@ class Transaction:
             )
         return plan, chosen + plan.select(own)
 
+    # --- primitives for the row-changing operations (mere.ops) ---------------------
+
+    def _remove_file(self, table_id: str, add: AddFile) -> None:
+        """Take a live file out of the table (copy-on-write: its rows are rewritten elsewhere)."""
+        self._check_open()
+        self._rewrites = True
+        own = self._adds.get(table_id, [])
+        if any(a.path == add.path for a in own):
+            self._adds[table_id] = [a for a in own if a.path != add.path]
+            self._delete_files(table_id, [add])
+            return
+        self._removes.setdefault(table_id, {})[add.path] = RemoveFile(
+            table_id, add.path, int(time.time() * 1000), True, add.size, add.rows
+        )
+        self._footprint.removed.setdefault(table_id, set()).add(add.path)
+        self._footprint.written.add(table_id)
+
+    def _write_rows(self, table_id: str, rows: pa.Table) -> None:
+        """Write rows already conformed to the table schema."""
+        self._check_open()
+        self._writer(table_id).write(rows)
+        if table_id not in self._created:
+            self._footprint.written.add(table_id)
+
+    def _record_operation(self, operation: str, table_id: str, **parameters: Any) -> None:
+        self._rewrites = self._rewrites or operation != "APPEND"
+        self._operations.append(
+            {"operation": operation, "table": self._meta(table_id).name, **parameters}
+        )
+
     # --- commit ------------------------------------------------------------------
 
     def _actions(self) -> list[Action]:
@@ -358,6 +390,7 @@ class Transaction:
             parameters=parameters,
             metrics=metrics,
             engine="mere",
+            is_blind_append=not (self._rewrites or self._footprint.reads or self._drops),
         )
 
     def _table_name(self, action: Action) -> str | None:
@@ -507,6 +540,35 @@ class TxTable:
             ConstraintViolation: nulls in a NOT NULL column (nothing written).
         """
         return self._tx._append(self._id, data)
+
+    def delete(self, where: str) -> int:
+        """Delete the rows matching the SQL condition; returns how many (see mere.ops.delete)."""
+        from mere.ops.delete import delete
+
+        return delete(self, where)
+
+    def update(self, where: str | None, set: dict[str, Any]) -> int:
+        """Set columns of matching rows to SQL expressions or literals (see mere.ops.update)."""
+        from mere.ops.update import update
+
+        return update(self, where, set)
+
+    def overwrite(self, data: Any, where: str | None = None) -> int:
+        """Replace all rows, or those matching ``where``, with ``data`` (see mere.ops.overwrite)."""
+        from mere.ops.overwrite import overwrite
+
+        return overwrite(self, data, where)
+
+    def merge(
+        self, source: Any, on: str, *, source_alias: str = "s", target_alias: str = "t"
+    ) -> TableMerger:
+        """Start a MERGE (upsert) from ``source``; finish the builder with ``execute()``.
+
+        See :class:`mere.ops.merge.TableMerger`.
+        """
+        from mere.ops.merge import TableMerger
+
+        return TableMerger(self, source, on, source_alias=source_alias, target_alias=target_alias)
 
     def scan(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         """Rows of the snapshot plus this transaction's writes matching ``filter``."""

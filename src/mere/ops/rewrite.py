@@ -1,0 +1,51 @@
+"""The copy-on-write loop shared by delete, update and overwrite."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mere import expr as sqlexpr
+from mere.data.reader import read_file
+
+if TYPE_CHECKING:
+    from mere.txn.transaction import TxTable
+
+#: Given a file's rows and the mask of rows matching the condition, the rows to keep.
+Change = Callable[[pa.Table, pa.ChunkedArray], pa.Table]
+
+
+def rewrite_matching(table: TxTable, where: str | None, change: Change) -> int:
+    """Rewrite every file holding rows that match ``where``; return how many matched.
+
+    Files the statistics rule out are not read; files read but holding no
+    matching row are left alone. A NULL condition does not match (SQL).
+    """
+    tx, table_id = table._tx, table._id
+    plan, files = tx._plan_read(table_id, None, where)
+    matched = 0
+    for add in files:
+        rows = read_file(tx._db.store, plan.table, add, plan.table.schema.names)
+        mask = match_mask(plan.predicate, rows)
+        count = pc.sum(mask).as_py() or 0
+        if count == 0:
+            continue
+        replacement = change(rows, mask)
+        tx._remove_file(table_id, add)
+        if replacement.num_rows:
+            tx._write_rows(table_id, replacement)
+        matched += count
+    return matched
+
+
+def match_mask(predicate: sqlexpr.Expr | None, rows: pa.Table) -> pa.ChunkedArray:
+    """True where the predicate is TRUE; FALSE and NULL give False."""
+    if predicate is None:
+        return pa.chunked_array([pa.repeat(pa.scalar(True), rows.num_rows)])
+    result = sqlexpr.evaluate(predicate, rows)
+    if isinstance(result, pa.Array):
+        result = pa.chunked_array([result])
+    return pc.fill_null(result, False)
