@@ -46,7 +46,7 @@ class TimingStore(ObjectStore):
     """Wraps a store; accumulates seconds, calls and bytes per (operation, key kind).
 
     ``list`` is drained inside the timed region so its cost is counted where it
-    is incurred. ``keys_read`` records every key read with ``get`` or
+    is incurred. ``keys_read`` records every key successfully read with ``get`` or
     ``open_input`` (for replaying the same reads as an I/O floor).
     """
 
@@ -88,8 +88,9 @@ class TimingStore(ObjectStore):
         self._timed("put", key, lambda: self.inner.put(key, data), _size(data))
 
     def get(self, key: str) -> bytes:
+        data = self._timed("get", key, lambda: self.inner.get(key))
         self.keys_read.append(key)
-        return self._timed("get", key, lambda: self.inner.get(key))
+        return data
 
     def head(self, key: str) -> ObjectMeta:
         return self._timed("head", key, lambda: self.inner.head(key))
@@ -104,8 +105,9 @@ class TimingStore(ObjectStore):
         self._timed("delete", key, lambda: self.inner.delete(key))
 
     def open_input(self, key: str) -> pa.NativeFile:
+        source = self._timed("open_input", key, lambda: self.inner.open_input(key))
         self.keys_read.append(key)
-        return self._timed("open_input", key, lambda: self.inner.open_input(key))
+        return source
 
     def close(self) -> None:
         self.inner.close()

@@ -130,9 +130,7 @@ def run_side_by_side(workdir: Path, commits: int, block: int, interval: int) -> 
     return out
 
 
-def run_instrumented(
-    target: str | ObjectStore, commits: int, interval: int
-) -> dict[str, Any]:
+def run_instrumented(target: str | ObjectStore, commits: int, interval: int) -> dict[str, Any]:
     """Commit again through a timing store and phase timers; per-commit averages."""
     if isinstance(target, str):
         inner: ObjectStore = LocalStore(target)

@@ -39,6 +39,7 @@ from mere.txn.transaction import (
     DEFAULT_ISOLATION,
     DEFAULT_MAX_COMMIT_ATTEMPTS,
     Isolation,
+    SchemaMode,
     Transaction,
 )
 
@@ -311,10 +312,10 @@ class Table:
     def partition_by(self) -> list[str]:
         return self._snapshot().partition_by
 
-    def append(self, data: Any) -> int:
+    def append(self, data: Any, *, schema_mode: SchemaMode = "strict") -> int:
         """Append rows in a transaction of their own; returns the committed version."""
         with self._db.transaction() as tx:
-            tx.table(self.name).append(data)
+            tx.table(self.name).append(data, schema_mode=schema_mode)
         assert tx.commit_version is not None
         return tx.commit_version
 

@@ -203,8 +203,12 @@ def _family(t: pa.DataType) -> str:
     return str(t)
 
 
-def to_arrow_table(data: Any, schema: pa.Schema) -> pa.Table:
-    """Turn any supported input into a ``pyarrow.Table`` (without validating it)."""
+def to_arrow_table(data: Any, schema: pa.Schema, *, infer: bool = False) -> pa.Table:
+    """Turn any supported input into a ``pyarrow.Table`` (without validating it).
+
+    A list of dicts is read with the table schema, or with inferred types
+    when ``infer`` is set (to find new columns for a schema merge).
+    """
     if isinstance(data, pa.Table):
         return data
     if isinstance(data, pa.RecordBatch):
@@ -212,6 +216,11 @@ def to_arrow_table(data: Any, schema: pa.Schema) -> pa.Table:
     if isinstance(data, pa.RecordBatchReader):
         return data.read_all()
     if isinstance(data, list):
+        if infer:
+            try:
+                return pa.Table.from_pylist(data)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, AttributeError) as exc:
+                raise SchemaMismatch(f"rows cannot be read as a table: {exc}") from None
         return _table_from_rows(data, schema)
     if type(data).__module__.startswith("pandas") and type(data).__name__ == "DataFrame":
         return pa.Table.from_pandas(data, preserve_index=False)
@@ -228,7 +237,10 @@ def _table_from_rows(rows: list[Any], schema: pa.Schema) -> pa.Table:
             raise SchemaMismatch(f"row {i} is a {type(row).__name__}, not a dict")
         extra = set(row) - names
         if extra:
-            raise SchemaMismatch(f"row {i} has columns not in the schema: {sorted(extra)}")
+            raise SchemaMismatch(
+                f"row {i} has columns not in the schema: {sorted(extra)}",
+                help="append(..., schema_mode='merge') adds new columns to the table",
+            )
     try:
         return pa.Table.from_pylist(rows, schema=schema.remove_metadata())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
@@ -261,7 +273,7 @@ def conform(data: pa.Table, schema: pa.Schema, *, what: str = "data") -> pa.Tabl
             parts.append(f"columns not in the table {extra}")
         raise SchemaMismatch(
             f"{what} does not match the table schema: {', '.join(parts)}",
-            help="append(..., schema_mode='merge') to add new columns is not built yet",
+            help="append(..., schema_mode='merge') adds new columns to the table",
         )
     columns = []
     for f in schema:
@@ -293,6 +305,133 @@ def _conform_column(col: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
 
 
 def data_columns(schema: pa.Schema, partition_by: Iterable[str]) -> pa.Schema:
-    """The part of the schema stored inside data files (everything but partition columns)."""
+    """The schema of data files: non-partition columns, under their physical names."""
     skip = set(partition_by)
-    return pa.schema([f for f in schema if f.name not in skip])
+    return pa.schema(
+        [pa.field(physical_name(f), f.type, f.nullable) for f in schema if f.name not in skip]
+    )
+
+
+# --- schema evolution -----------------------------------------------------------
+
+#: Field metadata key holding the column's name inside data files, once it differs
+#: from the logical name (after a rename, or when a new column reuses an old name).
+PHYSICAL_NAME = b"mere.physical"
+
+
+def physical_name(f: pa.Field) -> str:
+    """The name a column has inside data files."""
+    if f.metadata and PHYSICAL_NAME in f.metadata:
+        return str(f.metadata[PHYSICAL_NAME].decode())
+    return str(f.name)
+
+
+def _with_physical(f: pa.Field, physical: str) -> pa.Field:
+    meta = dict(f.metadata or {})
+    if physical == f.name:
+        meta.pop(PHYSICAL_NAME, None)
+    else:
+        meta[PHYSICAL_NAME] = physical.encode()
+    return f.with_metadata(meta or None)
+
+
+def fresh_physical_name(schema: pa.Schema, name: str) -> str:
+    """A physical name for a new column that no existing column's files use."""
+    taken = {physical_name(f) for f in schema}
+    if name not in taken:
+        return name
+    suffix = 1
+    while f"{name}__{suffix}" in taken:
+        suffix += 1
+    return f"{name}__{suffix}"
+
+
+def add_column(schema: pa.Schema, f: pa.Field) -> pa.Schema:
+    """The schema with a new nullable column appended (old files read it as nulls)."""
+    check_column_name(f.name)
+    if name_key(f.name) in {name_key(n) for n in schema.names}:
+        raise SchemaMismatch(f"column {f.name!r} already exists")
+    if not f.nullable:
+        raise SchemaMismatch(
+            f"a new column must be nullable: existing rows have no value for {f.name!r}"
+        )
+    t = f.type.value_type if pat.is_dictionary(f.type) else f.type
+    type_to_json(t)
+    return schema.append(
+        _with_physical(pa.field(f.name, t, True), fresh_physical_name(schema, f.name))
+    )
+
+
+def rename_column(schema: pa.Schema, partition_by: Sequence[str], old: str, new: str) -> pa.Schema:
+    """The schema with a column renamed; data files keep the old physical name."""
+    if old not in schema.names:
+        raise SchemaMismatch(f"no column {old!r} to rename; the table has {schema.names}")
+    if old in partition_by:
+        raise SchemaMismatch(f"{old!r} is a partition column; renaming it is not supported")
+    check_column_name(new)
+    if name_key(new) != name_key(old) and name_key(new) in {name_key(n) for n in schema.names}:
+        raise SchemaMismatch(f"cannot rename {old!r} to {new!r}: the name is taken")
+    i = schema.get_field_index(old)
+    f = schema.field(i)
+    renamed = _with_physical(pa.field(new, f.type, f.nullable, f.metadata), physical_name(f))
+    return schema.set(i, renamed)
+
+
+_INT_ORDER = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+_UINT_ORDER = [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
+_FLOAT_ORDER = [pa.float16(), pa.float32(), pa.float64()]
+
+
+def is_safe_widening(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether every value of ``old`` is exactly representable in ``new``."""
+    if old == new:
+        return True
+    for order in (_INT_ORDER, _UINT_ORDER, _FLOAT_ORDER):
+        if old in order and new in order:
+            return order.index(new) > order.index(old)
+    if old in _UINT_ORDER[:3] and new in _INT_ORDER:
+        return _INT_ORDER.index(new) > _UINT_ORDER.index(old)
+    if old in (*_INT_ORDER[:3], *_UINT_ORDER[:3]) and new == pa.float64():
+        return True
+    if old in (pa.int8(), pa.int16(), pa.uint8(), pa.uint16()) and new == pa.float32():
+        return True
+    if pat.is_decimal(old) and pat.is_decimal(new):
+        return bool(
+            new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+        )
+    return False
+
+
+def widen_column(schema: pa.Schema, name: str, new_type: pa.DataType) -> pa.Schema:
+    """The schema with a column's type widened; refuses any change that could lose data."""
+    if name not in schema.names:
+        raise SchemaMismatch(f"no column {name!r}; the table has {schema.names}")
+    i = schema.get_field_index(name)
+    f = schema.field(i)
+    if not is_safe_widening(f.type, new_type):
+        raise SchemaMismatch(
+            f"changing column {name!r} from {f.type} to {new_type} could lose data; only "
+            "widening integer, floating and decimal types is allowed",
+            help="write the data to a new column instead",
+        )
+    return schema.set(i, pa.field(f.name, new_type, f.nullable, f.metadata))
+
+
+def merge_schema(schema: pa.Schema, incoming: pa.Schema) -> pa.Schema:
+    """The table schema extended for ``append(..., schema_mode="merge")``.
+
+    New columns are added as nullable; a column whose incoming type is a safe
+    widening of the table's is widened. Nothing else changes.
+    """
+    by_key = {name_key(n): n for n in schema.names}
+    merged = schema
+    for f in incoming:
+        existing = by_key.get(name_key(f.name))
+        if existing is None:
+            merged = add_column(merged, pa.field(f.name, f.type, True))
+            continue
+        old_type = merged.field(existing).type
+        new_type = f.type.value_type if pat.is_dictionary(f.type) else f.type
+        if new_type != old_type and is_safe_widening(old_type, new_type):
+            merged = widen_column(merged, existing, new_type)
+    return merged

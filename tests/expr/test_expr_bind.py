@@ -333,3 +333,19 @@ def test_bound_text_reparses_to_the_same_meaning():
     for sql in ["i8 = 1000", "tz > '2024-01-01 10:00'", "day < TIMESTAMP '2024-01-01 10:00:00'"]:
         once = b(sql)
         assert b(to_sql(once)) == once
+
+
+def test_trees_built_in_code_bind_too():
+    from mere.expr import And, Like
+
+    tree = And((Compare(">", Column("I"), Literal(5)), Compare("=", Column("s"), Literal("x"))))
+    bound = bind(tree, SCHEMA)
+    assert bound.items[0].right == Literal(5, pa.int64())
+    assert bound.items[1].right == Literal("x", pa.string())
+    assert bind(Compare("=", Column("d"), Literal(Decimal("1.5"))), SCHEMA).right == Literal(
+        Decimal("1.50"), pa.decimal128(10, 2)
+    )
+    with pytest.raises(InvalidExpression, match="unsupported literal"):
+        bind(Compare("=", Column("i"), Literal(object())), SCHEMA)
+    with pytest.raises(InvalidExpression, match="escape"):
+        bind(Like(Column("s"), "a!", escape="!"), SCHEMA)

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from mere.data.values import from_text
 from mere.log.actions import AddFile, TableMeta
+from mere.schema import physical_name
 from mere.storage.base import ObjectStore
 
 READ_BATCH_ROWS = 128 * 1024
@@ -28,8 +29,7 @@ def read_file(
     source = store.open_input(table.prefix + add.path)
     try:
         pf = pq.ParquetFile(source)
-        present = set(pf.schema_arrow.names)
-        stored = [c for c in columns if c in present and c not in table.partition_columns]
+        stored = _stored_columns(table, schema, pf)
         data = pf.read(columns=stored, use_threads=True) if stored else None
     finally:
         source.close()
@@ -48,8 +48,7 @@ def iter_file(
     source = store.open_input(table.prefix + add.path)
     try:
         pf = pq.ParquetFile(source)
-        present = set(pf.schema_arrow.names)
-        stored = [c for c in columns if c in present and c not in table.partition_columns]
+        stored = _stored_columns(table, schema, pf)
         if not stored:
             yield _assemble(table, add, schema, None, add.rows)
             return
@@ -57,6 +56,13 @@ def iter_file(
             yield _assemble(table, add, schema, pa.Table.from_batches([batch]), batch.num_rows)
     finally:
         source.close()
+
+
+def _stored_columns(table: TableMeta, schema: pa.Schema, pf: pq.ParquetFile) -> list[str]:
+    """Physical names of the requested columns that this file actually holds."""
+    present = set(pf.schema_arrow.names)
+    wanted = (physical_name(f) for f in schema if f.name not in table.partition_columns)
+    return [name for name in wanted if name in present]
 
 
 def _assemble(
@@ -67,8 +73,8 @@ def _assemble(
         if f.name in table.partition_columns:
             value = from_text(add.partition_values.get(f.name), f.type)
             arrays.append(pa.repeat(value, rows))
-        elif data is not None and f.name in data.column_names:
-            col = data.column(f.name)
+        elif data is not None and physical_name(f) in data.column_names:
+            col = data.column(physical_name(f))
             arrays.append(col if col.type == f.type else col.cast(f.type))
         else:
             arrays.append(pa.nulls(rows, f.type))

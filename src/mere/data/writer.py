@@ -70,6 +70,7 @@ class DataFileWriter:
         self.table = table
         self.target_file_size = target_file_size
         self.file_schema = data_columns(table.schema, table.partition_columns)
+        self._logical = [f.name for f in table.schema if f.name not in table.partition_columns]
         self._open: dict[tuple[str | None, ...], _OpenFile] = {}
         self.written: list[AddFile] = []
 
@@ -77,7 +78,8 @@ class DataFileWriter:
         if data.num_rows == 0:
             return
         for values, part in self._split(data):
-            self._append(values, part.select(self.file_schema.names))
+            stored = part.select(self._logical).rename_columns(self.file_schema.names)
+            self._append(values, stored)
 
     def finish(self) -> list[AddFile]:
         """Flush every open file and return all files written so far."""

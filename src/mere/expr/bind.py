@@ -45,6 +45,7 @@ import pyarrow.types as pat
 
 from mere.errors import InvalidExpression
 from mere.expr import ast
+from mere.expr.arrow import arith_result_type, unary_result_type
 from mere.expr.ast import to_sql, type_sql
 
 #: What the expression language supports; used as the ``help`` of InvalidExpression.
@@ -73,7 +74,6 @@ _INT_BITS = {
     pa.uint64(): 64,
 }
 _SIGNED = {8: pa.int8(), 16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
-_UNSIGNED = {8: pa.uint8(), 16: pa.uint16(), 32: pa.uint32(), 64: pa.uint64()}
 #: Decimal digits needed to hold every value of an integer type.
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
 _UNIT_ORDER = {"s": 0, "ms": 1, "us": 2, "ns": 3}
@@ -109,6 +109,15 @@ def category(type_: pa.DataType) -> str:
     return "other"
 
 
+#: Smallest and largest argument counts of each function.
+_ARITY = {
+    "abs": (1, 1),
+    "coalesce": (1, 10_000),
+    "length": (1, 1),
+    "lower": (1, 1),
+    "substring": (2, 3),
+    "upper": (1, 1),
+}
 _NUMERIC = ("int", "float", "decimal")
 _ORDERED = (*_NUMERIC, "string", "binary", "bool", "date", "timestamp", "time", "null")
 
@@ -147,11 +156,7 @@ def common_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
         unit = max(a.unit, b.unit, key=_UNIT_ORDER.__getitem__)
         return pa.timestamp(unit, a.tz)
     if ca == cb == "time":
-        return (
-            a
-            if a.bit_width * 10 + _UNIT_ORDER[a.unit] > b.bit_width * 10 + _UNIT_ORDER[b.unit]
-            else b
-        )
+        return max(a, b, key=lambda t: _UNIT_ORDER[t.unit])  # the finer unit
     return None
 
 
@@ -405,9 +410,7 @@ class _Binder:
         if isinstance(node, ast.Column):
             return self._column(node)
         if isinstance(node, ast.Literal):
-            if node.type is None:
-                raise TypeError(f"literal without a type: {node!r}")
-            return node
+            return node if node.type is not None else self._untyped(node)
         if isinstance(node, ast.Compare):
             return self._compare(node)
         if isinstance(node, ast.And | ast.Or):
@@ -456,6 +459,17 @@ class _Binder:
             "it matches " + ", ".join(ast.quote_identifier(n) for n in exact),
             help="write the exact name in double quotes",
         )
+
+    def _untyped(self, node: ast.Literal) -> ast.Literal:
+        """A literal built in code without a type gets the type pyarrow infers for its value."""
+        try:
+            return make_literal(node.value, pa.scalar(node.value).type)
+        except (ValueError, TypeError, pa.ArrowException):
+            raise InvalidExpression(
+                f"unsupported literal value {node.value!r}",
+                help="literals are numbers, strings, booleans, None, dates, datetimes, "
+                "decimals and bytes",
+            ) from None
 
     # --- type unification --------------------------------------------------------------
 
@@ -566,6 +580,10 @@ class _Binder:
                 node,
                 help="use CAST(x AS VARCHAR) LIKE '...'",
             )
+        try:
+            ast.like_tokens(node.pattern, node.escape)
+        except ValueError as e:
+            self.fail(f"invalid LIKE pattern: {e}", node)
         return dataclasses.replace(node, operand=operand, type=pa.bool_())
 
     # --- values -----------------------------------------------------------------------
@@ -581,8 +599,6 @@ class _Binder:
                 )
 
     def _arith(self, node: ast.Arith) -> ast.Expr:
-        from mere.expr.arrow import arith_result_type
-
         left, right = self.bind(node.left), self.bind(node.right)
         op = node.op
         if op == "||":
@@ -629,8 +645,6 @@ class _Binder:
         return ast.Cast(node, pa.float64(), safe=False, type=pa.float64())
 
     def _neg(self, node: ast.Neg) -> ast.Expr:
-        from mere.expr.arrow import unary_result_type
-
         operand = self.bind(node.operand)
         self._numeric((operand,), node, "unary minus")
         assert operand.type is not None
@@ -669,11 +683,9 @@ class _Binder:
     def _func(self, node: ast.Func) -> ast.Expr:
         args = [self.bind(a) for a in node.args]
         name = node.name
-        arity = {"lower": (1, 1), "upper": (1, 1), "length": (1, 1), "abs": (1, 1)}
-        arity.update({"coalesce": (1, 1000), "substring": (2, 3)})
-        if name not in arity:
-            self.fail(f"unknown function {name}", node)
-        low, high = arity[name]
+        if name not in _ARITY:
+            self.fail(f"unknown function {name}", node, help=f"functions: {', '.join(_ARITY)}")
+        low, high = _ARITY[name]
         if not low <= len(args) <= high:
             count = str(low) if low == high else f"{low} to {high}"
             self.fail(f"{name}() takes {count} argument(s), got {len(args)}", node)

@@ -18,6 +18,7 @@ from mere.data.reader import iter_file, read_file
 from mere.data.values import from_text, stat_from_json
 from mere.errors import InvalidExpression, SchemaMismatch
 from mere.log.actions import AddFile, TableMeta
+from mere.schema import physical_name
 from mere.storage.base import ObjectStore
 
 #: Files read concurrently by a scan (pyarrow releases the GIL while decoding).
@@ -89,10 +90,11 @@ def file_ranges(table: TableMeta, add: AddFile) -> dict[str, sqlexpr.ColumnRange
     for f in table.schema:
         if f.name in ranges:
             continue
-        null_count = nulls.get(f.name)
+        stored = physical_name(f)
+        null_count = nulls.get(stored)
         ranges[f.name] = sqlexpr.ColumnRange(
-            stat_from_json(mins.get(f.name), f.type),
-            stat_from_json(maxs.get(f.name), f.type),
+            stat_from_json(mins.get(stored), f.type),
+            stat_from_json(maxs.get(stored), f.type),
             null_count
             if isinstance(null_count, int) and not isinstance(null_count, bool)
             else None,

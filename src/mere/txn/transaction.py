@@ -16,10 +16,12 @@ import random
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
+from mere.constraints import enforce
 from mere.data.writer import DEFAULT_TARGET_FILE_SIZE, DataFileWriter
 from mere.errors import (
     CommitOutcomeUnknown,
@@ -45,7 +47,7 @@ from mere.log.actions import (
 )
 from mere.log.log import PutOutcome
 from mere.names import check_table_name, name_key
-from mere.schema import conform, normalize_schema, to_arrow_table
+from mere.schema import conform, merge_schema, normalize_schema, to_arrow_table
 from mere.snapshot.scan import ScanPlan, plan_scan, scan_batches, scan_files
 from mere.snapshot.snapshot import describe_table
 from mere.snapshot.state import DatabaseState, TableState
@@ -53,11 +55,13 @@ from mere.txn.conflicts import ReadRecord, TxFootprint, check_winner
 
 if TYPE_CHECKING:
     from mere.database import Database
+    from mere.ops.alter import AlterTable
     from mere.ops.merge import TableMerger
 
 log = logging.getLogger("mere.txn")
 
 Isolation = Literal["snapshot", "write_serializable", "serializable"]
+SchemaMode = Literal["strict", "merge"]
 DEFAULT_ISOLATION: Isolation = "write_serializable"
 DEFAULT_MAX_COMMIT_ATTEMPTS = 100
 _BACKOFF_BASE = 0.002
@@ -219,6 +223,7 @@ class Transaction:
             self._adds.pop(meta.id, None)
             self._footprint.created_names.discard(name_key(name))
         else:
+            self._metadata.pop(meta.id, None)  # an alter made earlier in this transaction
             self._drops[meta.id] = DropTable(meta.id, meta.name)
             self._footprint.altered.add(meta.id)
         self._operations.append({"operation": "DROP TABLE", "table": name})
@@ -275,15 +280,42 @@ class Transaction:
         if writer is not None:
             self._delete_files(table_id, writer.finish())
 
-    def _append(self, table_id: str, data: Any) -> int:
+    def _append(self, table_id: str, data: Any, schema_mode: SchemaMode = "strict") -> int:
         self._check_open()
+        if schema_mode not in ("strict", "merge"):
+            raise ValueError(f"schema_mode must be 'strict' or 'merge', not {schema_mode!r}")
         meta = self._meta(table_id)
-        table = conform(to_arrow_table(data, meta.schema), meta.schema)
-        self._writer(table_id).write(table)
-        if table_id not in self._created:
-            self._footprint.written.add(table_id)
+        table = to_arrow_table(data, meta.schema, infer=schema_mode == "merge")
+        if schema_mode == "merge":
+            merged = merge_schema(meta.schema, table.schema)
+            if merged != meta.schema:
+                table = conform(table, merged)  # validate before changing anything
+                self._alter(table_id, replace(meta, schema=merged), "MERGE SCHEMA")
+                meta = self._meta(table_id)
+        table = conform(table, meta.schema)
+        self._write_rows(table_id, table)
         self._operations.append({"operation": "APPEND", "table": meta.name})
         return int(table.num_rows)
+
+    def _alter(self, table_id: str, meta: TableMeta, operation: str, **parameters: Any) -> None:
+        """Replace a table's metadata in this transaction (schema, properties, constraints)."""
+        self._check_open()
+        self._flush(table_id)  # files already written keep the schema they were written with
+        self._metadata[table_id] = meta
+        if table_id not in self._created:
+            self._footprint.altered.add(table_id)
+        self._rewrites = True
+        self._operations.append({"operation": operation, "table": meta.name, **parameters})
+
+    def alter_table(self, name: str) -> AlterTable:
+        """Change a table's schema, properties or constraints (see mere.ops.alter.AlterTable)."""
+        from mere.ops.alter import AlterTable
+
+        self._check_open()
+        meta = self._lookup(name)
+        if meta is None:
+            raise TableNotFound(name, self.read_version)
+        return AlterTable(self, meta.id)
 
     def _live_files(self, table_id: str) -> tuple[list[AddFile], list[AddFile]]:
         """(files from the snapshot still live, files this transaction added)."""
@@ -330,8 +362,10 @@ class Transaction:
         self._footprint.written.add(table_id)
 
     def _write_rows(self, table_id: str, rows: pa.Table) -> None:
-        """Write rows already conformed to the table schema."""
+        """Write rows already conformed to the table schema, after checking its constraints."""
         self._check_open()
+        meta = self._meta(table_id)
+        enforce(meta.schema, meta.properties, rows, f"the rows written to {meta.name!r}")
         self._writer(table_id).write(rows)
         if table_id not in self._created:
             self._footprint.written.add(table_id)
@@ -529,8 +563,11 @@ class TxTable:
     def partition_by(self) -> list[str]:
         return list(self._tx._meta(self._id).partition_columns)
 
-    def append(self, data: Any) -> int:
+    def append(self, data: Any, *, schema_mode: SchemaMode = "strict") -> int:
         """Add rows; returns how many. Validated against the schema first.
+
+        With ``schema_mode="merge"``, columns the table lacks are added (as
+        nullable) and integer/float columns are widened where that is safe.
 
         Accepts a pyarrow Table, RecordBatch or RecordBatchReader, a pandas
         DataFrame, or a list of dicts.
@@ -539,7 +576,7 @@ class TxTable:
             SchemaMismatch: missing, extra or incompatible columns (nothing written).
             ConstraintViolation: nulls in a NOT NULL column (nothing written).
         """
-        return self._tx._append(self._id, data)
+        return self._tx._append(self._id, data, schema_mode)
 
     def delete(self, where: str) -> int:
         """Delete the rows matching the SQL condition; returns how many (see mere.ops.delete)."""
