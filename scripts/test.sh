@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
-echo "== ruff"; .venv/bin/ruff check src tests benchmarks examples
+echo "== ruff"; .venv/bin/ruff check
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"; .venv/bin/python -m pytest -p no:cacheprovider "$@"
