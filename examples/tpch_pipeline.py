@@ -849,14 +849,18 @@ QUERIES: dict[str, Callable[[mere.Snapshot], pa.Table]] = {"Q1": q1, "Q6": q6, "
 
 
 def show_result(console: Console, title: str, result: pa.Table, rows: int = 5) -> None:
-    """Print the first rows of a query result as a rich table."""
-    table = RichTable(title=title, title_justify="left", show_lines=False)
+    """Print the first rows of a query result as a rich table (decimals to 2 places)."""
+
+    def cell(value: Any) -> str:
+        return f"{value:.2f}" if isinstance(value, Decimal) else str(value)
+
+    console.print(f"[bold]{title}[/bold]")
+    table = RichTable(show_lines=False)
     for name in result.column_names:
-        table.add_column(
-            name, justify="left" if pa.types.is_string(result.schema.field(name).type) else "right"
-        )
+        is_text = pa.types.is_string(result.schema.field(name).type)
+        table.add_column(name, justify="left" if is_text else "right")
     for row in result.slice(0, rows).to_pylist():
-        table.add_row(*(str(row[name]) for name in result.column_names))
+        table.add_row(*(cell(row[name]) for name in result.column_names))
     if result.num_rows > rows:
         table.caption = f"{result.num_rows - rows} more row(s)"
     console.print(table)
@@ -919,7 +923,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the pipeline; return the exit status (0: every invariant held)."""
     args = parse_args(argv)
     # Wide enough for the query results when the output is not a terminal.
-    console = Console(log_path=False, width=None if sys.stdout.isatty() else 120)
+    console = Console(log_path=False, width=None if sys.stdout.isatty() else 140)
     times: dict[str, float] = {}
     workdir: Path = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -1013,6 +1017,9 @@ def main(argv: list[str] | None = None) -> int:
         "rf2_per_writer": {w: s["rf2"] for w, s in sorted(outcome.writers.items())},
         "conflicts_retried": sum(s["conflicts"] for s in outcome.writers.values()),
         "conflicts_per_writer": {w: s["conflicts"] for w, s in sorted(outcome.writers.items())},
+        "conflict_kinds": dict(
+            sum((Counter(s["conflict_kinds"]) for s in outcome.writers.values()), Counter())
+        ),
         "versions_checked_per_reader": {
             r: s["versions_checked"] for r, s in sorted(outcome.readers.items())
         },
@@ -1054,6 +1061,9 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
         f"{sum(s['rf1_per_writer'].values())} / {sum(s['rf2_per_writer'].values())}",
     )
     table.add_row("conflicts retried per writer", per(s["conflicts_per_writer"]))
+    if s["conflict_kinds"]:
+        kinds = ", ".join(f"{k} x{n}" for k, n in sorted(s["conflict_kinds"].items()))
+        table.add_row("conflict kinds", kinds)
     table.add_row("versions checked per reader", per(s["versions_checked_per_reader"]))
     table.add_row("distinct versions checked", str(s["distinct_versions_checked"]))
     style = "green" if s["violations"] == 0 else "red"
