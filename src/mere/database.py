@@ -334,6 +334,31 @@ class Table:
         with self._db.transaction() as tx:
             return tx.table(self.name).overwrite(data, where)
 
+    def merge(
+        self, source: Any, on: str, *, source_alias: str = "s", target_alias: str = "t"
+    ) -> TableMerger:
+        """Start a MERGE (upsert) in a transaction of its own; ``execute()`` commits it.
+
+        The transaction reads the latest version as of this call; ``execute()``
+        commits it, or aborts it if anything raises. A builder never executed
+        leaves nothing behind. See :class:`mere.ops.merge.TableMerger`.
+        """
+        from mere.ops.merge import TableMerger
+
+        tx = self._db.transaction()
+        try:
+            return TableMerger(
+                tx.table(self.name),
+                source,
+                on,
+                source_alias=source_alias,
+                target_alias=target_alias,
+                commit=True,
+            )
+        except Exception:
+            tx.abort()
+            raise
+
     def scan(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         return self._snapshot().scan(columns, filter)
 

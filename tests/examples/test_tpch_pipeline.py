@@ -214,3 +214,31 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     assert "invariant violations" in result.stdout
     assert "OK: every invariant held" in result.stdout
     assert elapsed < 120, f"the pipeline took {elapsed:.0f} s"
+
+
+def rf2_reads(db: mere.Database, base) -> mere.Transaction:
+    """An RF2 transaction that has done its reads, as run_rf2 does, but not committed."""
+    tx = db.transaction(isolation="serializable")
+    tx.table(tp.DELETED_ORDERS).scan(columns=["o_orderkey"])
+    tx.table("orders").scan(columns=["o_orderkey"], filter=f"o_orderkey <= {base.max_orderkey}")
+    tx.table(tp.DELETED_ORDERS).append([{"o_orderkey": 1}])
+    tx.table(tp.REFRESH_LOG).append([log_row(0, "RF2", tombs=1)])
+    return tx
+
+
+def test_concurrent_rf1_does_not_conflict_with_rf2(loaded) -> None:
+    """RF1's new keys lie above RF2's filtered read: the RF2 rebases and commits."""
+    db, base = loaded
+    tx = rf2_reads(db, base)
+    rf1(db, 1, 10)
+    assert tx.commit() == base.load_version + 2
+    assert tp.check_invariants(db.snapshot(), base) == []
+
+
+def test_concurrent_rf2s_conflict(loaded) -> None:
+    """Two RF2s read the tombstones each other appends: the later one must retry."""
+    db, base = loaded
+    tx = rf2_reads(db, base)
+    rf2(db, 1, [2])
+    with pytest.raises(mere.ConcurrentAppend):
+        tx.commit()

@@ -344,6 +344,29 @@ class Transaction:
             )
         return plan, chosen + plan.select(own)
 
+    def add_files(self, name: str, adds: Sequence[AddFile], *, operation: str = "WRITE") -> None:
+        """Publish data files written elsewhere (e.g. by Spark executors) with this commit.
+
+        Each file must have been written for this table (``add.table_id``) under
+        its prefix with mere's data-file layout and statistics, and must not be
+        referenced yet. Nothing is read or copied: the commit only references them.
+
+        Raises:
+            TableNotFound: no such table.
+            SchemaMismatch: a file belongs to another table.
+        """
+        self._check_open()
+        meta = self._lookup(name)
+        if meta is None:
+            raise TableNotFound(name, self.read_version)
+        for add in adds:
+            if add.table_id != meta.id:
+                raise SchemaMismatch(f"data file {add.path} was written for another table")
+        self._adds.setdefault(meta.id, []).extend(adds)
+        if meta.id not in self._created:
+            self._footprint.written.add(meta.id)
+        self._operations.append({"operation": operation, "table": meta.name, "files": len(adds)})
+
     # --- primitives for the row-changing operations (mere.ops) ---------------------
 
     def _remove_file(self, table_id: str, add: AddFile) -> None:
