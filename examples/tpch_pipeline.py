@@ -245,7 +245,7 @@ def compute_baseline(snap: mere.Snapshot) -> Baseline:
 
 
 def _sample(values: pa.Array | pa.ChunkedArray, limit: int = 5) -> str:
-    items = values.to_pylist()
+    items = sorted(values.to_pylist())
     more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
     return f"{items[:limit]}{more}"
 
@@ -360,6 +360,7 @@ class WriterConfig:
     seed: int
     max_attempts: int
     base: Baseline
+    torn: bool = False  # commit this writer's first RF1 as two transactions (a demo bug)
 
 
 @dataclass
@@ -430,6 +431,28 @@ def run_rf1(db: mere.Database, cfg: WriterConfig, seq: int, templates: Templates
     """Insert new orders and their lineitems in one transaction; None if already done."""
     rng = random.Random(f"{cfg.seed}-rf1-{cfg.writer}-{seq}")
     orders, items = templates.make_orders(rf1_keys(cfg, seq), rng)
+    if cfg.torn and seq == 0:
+        # Deliberately wrong, for --torn-rf1: the orders (and the log row) commit
+        # first, their lineitems in a second transaction. The version in between
+        # has orders without lineitems, and the readers must report it.
+        with db.transaction() as tx:
+            tx.table("orders").append(orders)
+            tx.table(REFRESH_LOG).append(
+                [
+                    {
+                        "writer": cfg.writer,
+                        "seq": seq,
+                        "kind": "RF1",
+                        "orders": orders.num_rows,
+                        "lineitems": items.num_rows,
+                        "tombstones": 0,
+                    }
+                ]
+            )
+        with db.transaction() as tx:
+            tx.table("lineitem").append(items)
+            tx.set_app_transaction(writer_app_id(cfg.writer), seq + 1)
+        return tx.commit_version
     with db.transaction() as tx:
         if (tx.app_version(writer_app_id(cfg.writer)) or 0) > seq:
             return None  # committed by an earlier attempt whose outcome was unknown
@@ -643,6 +666,7 @@ def run_refreshes(
                     args.seed,
                     args.max_attempts,
                     base,
+                    torn=args.torn_rf1 and w == 0,
                 ),
                 start,
                 events,
@@ -906,6 +930,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=42, help="seed for the refresh functions")
     parser.add_argument(
         "--max-attempts", type=int, default=20, help="attempts per refresh function on conflicts"
+    )
+    parser.add_argument(
+        "--torn-rf1",
+        action="store_true",
+        help="demonstrate a violation: writer 0 commits its first RF1 as two "
+        "transactions, which the readers must catch (the run then exits 1)",
     )
     parser.add_argument(
         "--summary-json", type=Path, default=None, help="also write the summary here as JSON"

@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -42,6 +42,9 @@ from mere.txn.transaction import (
     SchemaMode,
     Transaction,
 )
+
+if TYPE_CHECKING:
+    from mere.ops.merge import TableMerger
 
 log = logging.getLogger("mere")
 

@@ -171,38 +171,30 @@ def tpchgen_available() -> bool:
     return True
 
 
+def run_pipeline(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run the pipeline at SF 0.01 with 2 writers, 2 readers and 2 refreshes each."""
+    summary_path = tmp_path / "summary.json"
+    args = [sys.executable, str(SCRIPT), "--scale-factor", "0.01"]
+    args += ["--workdir", str(tmp_path / "tpch"), "--writers", "2", "--readers", "2"]
+    args += ["--refreshes", "2", "--summary-json", str(summary_path), *extra]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=170, check=False)
+    output = result.stdout[-5000:] + result.stderr[-5000:]
+    assert summary_path.exists(), output
+    return result, json.loads(summary_path.read_text())
+
+
+needs_tpchgen = pytest.mark.skipif(not tpchgen_available(), reason="tpchgen-cli is not installed")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.skipif(not tpchgen_available(), reason="tpchgen-cli is not installed")
+@needs_tpchgen
 def test_pipeline_end_to_end(tmp_path: Path) -> None:
     """SF 0.01, 2 writers, 2 readers, 2 refreshes each: exit 0 and no violation."""
-    summary_path = tmp_path / "summary.json"
     start = time.monotonic()
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--scale-factor",
-            "0.01",
-            "--workdir",
-            str(tmp_path / "tpch"),
-            "--writers",
-            "2",
-            "--readers",
-            "2",
-            "--refreshes",
-            "2",
-            "--summary-json",
-            str(summary_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=170,
-        check=False,
-    )
+    result, summary = run_pipeline(tmp_path)
     elapsed = time.monotonic() - start
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
-    summary = json.loads(summary_path.read_text())
     assert summary["violations"] == 0
     assert summary["errors"] == []
     assert summary["versions_checked"] > 0
@@ -214,6 +206,18 @@ def test_pipeline_end_to_end(tmp_path: Path) -> None:
     assert "invariant violations" in result.stdout
     assert "OK: every invariant held" in result.stdout
     assert elapsed < 120, f"the pipeline took {elapsed:.0f} s"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@needs_tpchgen
+def test_pipeline_reports_a_torn_refresh(tmp_path: Path) -> None:
+    """--torn-rf1 commits one RF1 as two transactions: the readers catch it, exit 1."""
+    result, summary = run_pipeline(tmp_path, "--torn-rf1")
+    assert result.returncode == 1
+    assert summary["violations"] > 0
+    assert any("without lineitems" in m for m in summary["violation_messages"])
+    assert "FAILED" in result.stdout
 
 
 def rf2_reads(db: mere.Database, base) -> mere.Transaction:

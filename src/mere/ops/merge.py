@@ -43,7 +43,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,7 +68,7 @@ IN_LIST_LIMIT = 1000
 
 _ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _Side = Literal["target", "source"]
-_Value = sqlexpr.Expr | pa.Scalar
+_Value: TypeAlias = "sqlexpr.Expr | pa.Scalar"
 
 
 @dataclass(frozen=True)
@@ -269,7 +269,7 @@ class TableMerger:
         clauses.append(clause)
 
     def _target_side_field(self, f: pa.Field) -> pa.Field:
-        """The field of the joined table holding target column ``f`` (nullable: rows may be absent)."""
+        """The field of the joined table holding target column ``f``."""
         return pa.field(f"{self._aliases['target']}.{f.name}", f.type)
 
     def _source_side_field(self, f: pa.Field) -> pa.Field:
@@ -323,7 +323,8 @@ class TableMerger:
         """Which table a column reference means (see the module docstring)."""
         target, source = self._aliases["target"], self._aliases["source"]
         if column.qualifier is not None:
-            for side, alias in (("target", target), ("source", source)):
+            sides: tuple[tuple[_Side, str], ...] = (("target", target), ("source", source))
+            for side, alias in sides:
                 if column.qualifier.casefold() == alias.casefold():
                     if self._lookup(side, column.name) is None:
                         raise InvalidExpression(
@@ -424,9 +425,7 @@ class TableMerger:
             )
         return f"{quote_identifier(self._aliases['source'])}.{quote_identifier(found)}"
 
-    def _analyse_on(
-        self, on: str
-    ) -> tuple[sqlexpr.Expr, list[_KeyPair], list[sqlexpr.Expr]]:
+    def _analyse_on(self, on: str) -> tuple[sqlexpr.Expr, list[_KeyPair], list[sqlexpr.Expr]]:
         """Bind ``on``; find its key equalities and its conjuncts over the target only.
 
         Returns the bound condition, the key pairs, and the target-only conjuncts
@@ -489,7 +488,9 @@ class TableMerger:
         prefixed_source = _rename(source, self._source_schema)
 
         # 1. The target files that may hold a matching row, read with a recorded filter.
-        source_keys = [_as_chunked(sqlexpr.evaluate(k.source_key, prefixed_source)) for k in self._keys]
+        source_keys = [
+            _as_chunked(sqlexpr.evaluate(k.source_key, prefixed_source)) for k in self._keys
+        ]
         valid_source = _all_valid(source_keys, source.num_rows)
         files: list[AddFile] = []
         if pc.any(valid_source).as_py():
@@ -504,7 +505,9 @@ class TableMerger:
         prefixed_target = _rename(target, pa.schema([self._target_side_field(f) for f in schema]))
 
         # 2. Join on the keys, then keep the pairs for which the whole condition is TRUE.
-        target_keys = [_as_chunked(sqlexpr.evaluate(k.target_key, prefixed_target)) for k in self._keys]
+        target_keys = [
+            _as_chunked(sqlexpr.evaluate(k.target_key, prefixed_target)) for k in self._keys
+        ]
         source_idx, target_idx = _join(
             source_keys, valid_source, target_keys, _all_valid(target_keys, target.num_rows)
         )
@@ -545,18 +548,14 @@ class TableMerger:
             self._new_rows(c, prefixed_source.filter(pc.equal(insert_action, k)), from_target=False)
             for k, c in enumerate(self._not_matched)
         ]
-        inserted = (
-            pa.concat_tables(inserted_parts) if inserted_parts else schema.empty_table()
-        )
+        inserted = pa.concat_tables(inserted_parts) if inserted_parts else schema.empty_table()
 
         # 5. Files holding an updated or deleted row are replaced by their new content.
         rewritten_files = pc.unique(file_of_row.take(acted_targets))
         in_rewritten = pc.is_in(file_of_row, value_set=rewritten_files)
         untouched = pc.invert(pc.is_in(_arange(target.num_rows), value_set=acted_targets))
         keep = pc.and_(in_rewritten, untouched)
-        copied = target.filter(keep).append_column(
-            "__order", _arange(target.num_rows).filter(keep)
-        )
+        copied = target.filter(keep).append_column("__order", _arange(target.num_rows).filter(keep))
         replacement = pa.concat_tables([copied, *updated_parts]).sort_by("__order")
         replacement = replacement.drop_columns(["__order"])
 
@@ -682,7 +681,9 @@ def _rows_table(rows: list[Any], target: pa.Schema) -> pa.Table:
         field = by_key.get(name_key(name))
         try:
             arrays.append(
-                pa.array([row.get(name) for row in rows], type=None if field is None else field.type)
+                pa.array(
+                    [row.get(name) for row in rows], type=None if field is None else field.type
+                )
             )
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
             raise SchemaMismatch(f"source column {name!r} cannot be read: {exc}") from None
@@ -703,9 +704,7 @@ def _columns(expr: sqlexpr.Expr) -> list[sqlexpr.Column]:
     return [node for node in expr.walk() if isinstance(node, sqlexpr.Column)]
 
 
-def _map_columns(
-    expr: sqlexpr.Expr, fn: Callable[[sqlexpr.Column], sqlexpr.Expr]
-) -> sqlexpr.Expr:
+def _map_columns(expr: sqlexpr.Expr, fn: Callable[[sqlexpr.Column], sqlexpr.Expr]) -> sqlexpr.Expr:
     """A copy of ``expr`` with every Column node replaced by ``fn(node)``."""
     if isinstance(expr, sqlexpr.Column):
         return fn(expr)

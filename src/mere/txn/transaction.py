@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+import dataclasses
 import time
 import uuid
 from collections.abc import Sequence
@@ -383,6 +384,38 @@ class Transaction:
         )
         self._footprint.removed.setdefault(table_id, set()).add(add.path)
         self._footprint.written.add(table_id)
+
+    def _replace_files(
+        self, table_id: str, old: Sequence[AddFile], new: Sequence[AddFile]
+    ) -> None:
+        """Swap files without changing the table's rows (compaction, restore of layout).
+
+        Removes and adds carry ``dataChange=false``: concurrent readers are not
+        invalidated by them, and only a concurrent removal of the same files
+        conflicts.
+        """
+        self._check_open()
+        now = int(time.time() * 1000)
+        removes = self._removes.setdefault(table_id, {})
+        for add in old:
+            removes[add.path] = RemoveFile(table_id, add.path, now, False, add.size, add.rows)
+            self._footprint.removed.setdefault(table_id, set()).add(add.path)
+        self._adds.setdefault(table_id, []).extend(
+            dataclasses.replace(add, data_change=False) for add in new
+        )
+        if table_id not in self._created:
+            self._footprint.written.add(table_id)
+
+    def _stage_table(self, meta: TableMeta, *, recreate: bool) -> None:
+        """Stage a table's metadata as is (restore): re-create a dropped table or reset one."""
+        self._check_open()
+        self._metadata[meta.id] = meta
+        if recreate:
+            self._created.add(meta.id)
+            self._footprint.created_names.add(name_key(meta.name))
+        else:
+            self._footprint.altered.add(meta.id)
+        self._rewrites = True
 
     def _write_rows(self, table_id: str, rows: pa.Table) -> None:
         """Write rows already conformed to the table schema, after checking its constraints."""

@@ -1,0 +1,335 @@
+"""Crash safety: writers killed at random moments, and crashes at precise points of a commit.
+
+Each writer loops over multi-table transactions: it appends one unique id to
+table ``a`` *and* to table ``b``, and every third transaction also creates a
+table named after the id and appends the id to it, all in ONE transaction.
+After each successful commit it acknowledges ``(id, version)`` durably
+(append, flush, fsync). Checkpoints are due every 5 commits, so crashes also
+hit checkpoint writing.
+
+Two ways to crash:
+
+* **SIGKILL** (``test_writers_killed_at_random_moments...``): rounds of three
+  writer processes, each killed with SIGKILL 0.05-0.6 s after it started
+  committing -- before, during or after any step of a commit.
+* **Simulated crashes at exact points** (``test_a_crash_at_...``): a writer on
+  a :class:`~mere.storage.FaultyStore` dies (``SimulatedCrash``, then
+  ``os._exit``) just before or just after its commit file lands, before the
+  latest-version hint, around the checkpoint and its hint, or after writing a
+  data file but before committing.
+
+Afterwards, the invariants users are promised (DESIGN.md, "What users can
+count on") must hold:
+
+* every acknowledged commit is there: its id first appears at the version the
+  writer was told, and stays in every later version;
+* every version 0..latest opens, and in each one ``a`` and ``b`` hold exactly
+  the same ids, with no duplicate, and the tables created alongside exist
+  exactly when their id does, holding just that id: nothing partial is ever
+  visible;
+* each version reads the same whether rebuilt from the newest checkpoint at or
+  below it or replayed commit by commit: checkpoints written by writers that
+  died are sound;
+* the database still takes commits: a new transaction commits at latest + 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import mere
+from mere.storage import Fault, FaultyStore, LocalStore, SimulatedCrash
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes and signals"),
+]
+
+ROUNDS = 8
+WRITERS = 3
+KILL_AFTER = (0.05, 0.6)  # seconds after the writers are ready
+CHECKPOINT_INTERVAL = 5
+WAIT = 60.0
+IDS = pa.schema([pa.field("id", pa.string(), nullable=False)])
+
+COMMIT_FILE = r"^_log/\d{20}\.json$"
+CHECKPOINT_FILE = r"^_log/\d{20}\.checkpoint\.parquet$"
+DATA_FILE = r"^tables/"
+
+
+def own_table(ident: str) -> str | None:
+    """The table created along with ``ident``, for every third id of a writer; else None."""
+    return f"t_{ident}" if int(ident.rsplit("n", 1)[1]) % 3 == 0 else None
+
+
+# --- the writers (module level, so the fork server can import them) -------------------
+
+
+def _commit_one(db: mere.Database, ident: str) -> int:
+    """Append ``ident`` to ``a`` and ``b`` (and maybe to a new table of its own), atomically."""
+    tx = db.transaction()
+    rows = [{"id": ident}]
+    tx.table("a").append(rows)
+    tx.table("b").append(rows)
+    table = own_table(ident)
+    if table is not None:
+        tx.create_table(table, IDS)
+        tx.table(table).append(rows)
+    return tx.commit()
+
+
+def _acknowledge(ack: Any, ident: str, version: int) -> None:
+    """Record a commit durably, as a client promised "your commit is in" would."""
+    ack.write(f"{ident} {version}\n".encode())
+    ack.flush()
+    os.fsync(ack.fileno())
+
+
+def _killable_writer(db_path: str, prefix: str, ack_path: str, ready: Any) -> None:
+    """Commit ids ``<prefix>n0, <prefix>n1, ...`` until killed, acknowledging each."""
+    db = mere.connect(db_path)
+    with open(ack_path, "ab") as ack:
+        ready.set()
+        for n in itertools.count():
+            ident = f"{prefix}n{n}"
+            _acknowledge(ack, ident, _commit_one(db, ident))
+
+
+def _crashing_writer(
+    db_path: str, prefix: str, ack_path: str, crash_path: str, fault: dict[str, Any]
+) -> None:
+    """Like the killable writer, on a store that crashes at the injected fault.
+
+    On the crash it records the id in flight, then exits at once (no cleanup,
+    as a process that died); it gives up after 20 commits if the fault never fired.
+    """
+    db = mere.connect(FaultyStore(LocalStore(db_path), [Fault(**fault)]))
+    with open(ack_path, "ab") as ack:
+        for n in range(20):
+            ident = f"{prefix}n{n}"
+            try:
+                version = _commit_one(db, ident)
+            except SimulatedCrash:
+                Path(crash_path).write_text(ident)
+                os._exit(0)
+            _acknowledge(ack, ident, version)
+
+
+# --- reading the outcome -----------------------------------------------------------------
+
+
+def read_acks(paths: list[Path]) -> dict[str, int]:
+    """Acknowledged commits, id -> version (a torn last line is no acknowledgement)."""
+    acks: dict[str, int] = {}
+    for path in paths:
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines(keepends=True):
+            if line.endswith("\n"):
+                ident, version = line.split()
+                acks[ident] = int(version)
+    return acks
+
+
+@dataclass
+class Replay:
+    """What the log holds: when each id first appeared, and the latest version."""
+
+    first_seen: dict[str, int]
+    latest: int
+
+
+def check_every_version(db_path: Path, data_files: Any) -> Replay:
+    """Open every version twice (from checkpoints, and by replay) and check atomicity.
+
+    Raises AssertionError naming the first version where ``a`` and ``b``
+    disagree, an id is duplicated, a table created with an id is missing or
+    early, a version reads differently from a checkpoint, or an id vanishes.
+    """
+    replayed = mere.connect(db_path, create=False)  # walks up one commit at a time
+    from_checkpoints = mere.connect(db_path, create=False)
+    latest = from_checkpoints.version
+    from_checkpoints.snapshot(latest)  # cached at the top: lower versions load a checkpoint
+    first_seen: dict[str, int] = {}
+    before: set[str] = set()
+    for version in range(latest + 1):
+        snapshot = replayed.snapshot(version)
+        other = from_checkpoints.snapshot(version)
+        names = snapshot.tables()
+        assert names == other.tables(), version
+        for name in names:
+            paths = sorted(f.path for f in snapshot.table(name).files)
+            assert paths == sorted(f.path for f in other.table(name).files), (version, name)
+        if version == 0:
+            assert names == [], "version 0 only creates the database"
+            continue
+        ids_a = data_files.column(snapshot.table("a"), "id")
+        ids_b = data_files.column(snapshot.table("b"), "id")
+        assert len(ids_a) == len(set(ids_a)), f"duplicate ids in a at version {version}"
+        assert len(ids_b) == len(set(ids_b)), f"duplicate ids in b at version {version}"
+        now = set(ids_a)
+        assert now == set(ids_b), f"a and b differ at version {version}: {now ^ set(ids_b)}"
+        assert before <= now, f"ids vanished at version {version}: {before - now}"
+        owned = {own_table(i): i for i in now if own_table(i) is not None}
+        assert set(names) - {"a", "b"} == set(owned), f"tables out of step at {version}"
+        for table, ident in owned.items():
+            assert data_files.column(snapshot.table(table), "id") == [ident], (version, table)
+        for ident in now - before:
+            first_seen[ident] = version
+        before = now
+    # The cached file reader against the library's own scan, at the latest version.
+    final = replayed.snapshot(latest)
+    for table in ("a", "b"):
+        assert sorted(final.table(table).scan().column("id").to_pylist()) == sorted(before)
+    return Replay(first_seen, latest)
+
+
+def check_acknowledged_commits_survived(acks: dict[str, int], replay: Replay) -> None:
+    """Each acknowledged id first appeared at its acknowledged version (and never left)."""
+    wrong = {
+        i: (v, replay.first_seen.get(i)) for i, v in acks.items() if replay.first_seen.get(i) != v
+    }
+    assert not wrong, f"acknowledged (id: (version, first seen at)) lost or moved: {wrong}"
+
+
+def check_still_takes_commits(db_path: Path, latest: int) -> None:
+    """A new client commits at latest + 1, and sees its own commit."""
+    db = mere.connect(db_path, create=False)
+    assert db.version == latest
+    assert _commit_one(db, "aftern1") == latest + 1
+    assert "aftern1" in db.snapshot().table("b").scan().column("id").to_pylist()
+
+
+def create_database(db_path: Path) -> None:
+    db = mere.connect(db_path, checkpoint_interval=CHECKPOINT_INTERVAL)
+    with db.transaction() as tx:
+        tx.create_table("a", IDS)
+        tx.create_table("b", IDS)
+
+
+# --- SIGKILL at random moments ------------------------------------------------------------
+
+
+def test_writers_killed_at_random_moments_leave_every_version_whole(
+    db_path: Path, tmp_path: Path, processes: Any, data_files: Any
+) -> None:
+    create_database(db_path)
+    rng = random.Random(7)
+    ack_paths = []
+    for round_ in range(ROUNDS):
+        writers = []
+        readies = []
+        for w in range(WRITERS):
+            ready = processes.context.Event()
+            ack_paths.append(tmp_path / f"acks-r{round_}w{w}.txt")
+            writers.append(
+                processes.start(
+                    _killable_writer,
+                    str(db_path),
+                    f"r{round_}w{w}",
+                    str(ack_paths[-1]),
+                    ready,
+                    name=f"round {round_} writer {w}",
+                )
+            )
+            readies.append(ready)
+        assert all(ready.wait(WAIT) for ready in readies), "a writer never got ready"
+        started = time.monotonic()
+        kill_times = [rng.uniform(*KILL_AFTER) for _ in writers]
+        for when, writer in sorted(zip(kill_times, writers, strict=True), key=lambda p: p[0]):
+            time.sleep(max(0.0, started + when - time.monotonic()))
+            assert writer.is_alive(), f"{writer.name} died on its own ({writer.exitcode})"
+            os.kill(writer.pid, signal.SIGKILL)
+        for writer in writers:
+            writer.join(WAIT)
+            assert writer.exitcode == -signal.SIGKILL, (writer.name, writer.exitcode)
+
+    acks = read_acks(ack_paths)
+    replay = check_every_version(db_path, data_files)
+    check_acknowledged_commits_survived(acks, replay)
+    check_still_takes_commits(db_path, replay.latest)
+    unacknowledged = set(replay.first_seen) - set(acks)
+    print(
+        f"\n{ROUNDS} rounds x {WRITERS} writers killed: {replay.latest} versions, "
+        f"{len(acks)} acknowledged commits, {len(unacknowledged)} landed unacknowledged"
+    )
+    assert len(acks) >= ROUNDS, "the writers should have committed something before dying"
+
+
+# --- simulated crashes at exact points --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "lands"),
+    [
+        pytest.param(
+            {"op": "put_if_absent", "kind": "crash_before", "match": COMMIT_FILE, "after": 2},
+            False,
+            id="just-before-the-commit-lands",
+        ),
+        pytest.param(
+            {"op": "put_if_absent", "kind": "crash_after", "match": COMMIT_FILE, "after": 2},
+            True,
+            id="just-after-the-commit-lands",
+        ),
+        pytest.param(
+            {"op": "put", "kind": "crash_before", "match": r"^_log/_latest$", "after": 2},
+            True,
+            id="before-the-latest-hint",
+        ),
+        pytest.param(
+            {"op": "put_if_absent", "kind": "crash_before", "match": CHECKPOINT_FILE},
+            True,
+            id="before-the-checkpoint",
+        ),
+        pytest.param(
+            {"op": "put_if_absent", "kind": "crash_after", "match": CHECKPOINT_FILE},
+            True,
+            id="after-the-checkpoint-before-its-hint",
+        ),
+        pytest.param(
+            {"op": "put_if_absent", "kind": "crash_after", "match": DATA_FILE, "after": 5},
+            False,
+            id="after-a-data-file-before-the-commit",
+        ),
+    ],
+)
+def test_a_crash_at_an_exact_point_of_a_commit_leaves_every_version_whole(
+    fault: dict[str, Any],
+    lands: bool,
+    db_path: Path,
+    tmp_path: Path,
+    processes: Any,
+    data_files: Any,
+) -> None:
+    create_database(db_path)
+    acks, crashed = tmp_path / "acks.txt", tmp_path / "crashed.txt"
+    writer = processes.start(
+        _crashing_writer, str(db_path), "c", str(acks), str(crashed), fault, name="crashing"
+    )
+    processes.join([writer])
+    assert crashed.exists(), f"the fault {fault} never fired"
+    in_flight = crashed.read_text()
+
+    acknowledged = read_acks([acks])
+    replay = check_every_version(db_path, data_files)
+    check_acknowledged_commits_survived(acknowledged, replay)
+    last_acknowledged = max(acknowledged.values())
+    if lands:
+        assert replay.first_seen.get(in_flight) == replay.latest == last_acknowledged + 1
+    else:
+        assert in_flight not in replay.first_seen
+        assert replay.latest == last_acknowledged
+    check_still_takes_commits(db_path, replay.latest)
