@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import random
-import dataclasses
 import time
 import uuid
 from collections.abc import Sequence
@@ -385,9 +384,7 @@ class Transaction:
         self._footprint.removed.setdefault(table_id, set()).add(add.path)
         self._footprint.written.add(table_id)
 
-    def _replace_files(
-        self, table_id: str, old: Sequence[AddFile], new: Sequence[AddFile]
-    ) -> None:
+    def _replace_files(self, table_id: str, old: Sequence[AddFile], new: Sequence[AddFile]) -> None:
         """Swap files without changing the table's rows (compaction, restore of layout).
 
         Removes and adds carry ``dataChange=false``: concurrent readers are not
@@ -400,9 +397,7 @@ class Transaction:
         for add in old:
             removes[add.path] = RemoveFile(table_id, add.path, now, False, add.size, add.rows)
             self._footprint.removed.setdefault(table_id, set()).add(add.path)
-        self._adds.setdefault(table_id, []).extend(
-            dataclasses.replace(add, data_change=False) for add in new
-        )
+        self._adds.setdefault(table_id, []).extend(replace(add, data_change=False) for add in new)
         if table_id not in self._created:
             self._footprint.written.add(table_id)
 
