@@ -71,6 +71,11 @@ def machine_info() -> dict[str, Any]:
     except ImportError:  # pragma: no cover - the scripts import mere anyway
         pass
     try:
+        # Other work on the machine skews every figure: record how busy it was.
+        info["loadavg_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    try:
         with open("/proc/meminfo") as f:
             kb = int(f.readline().split()[1])
         info["ram_gib"] = round(kb / 1024 / 1024, 1)
@@ -144,3 +149,13 @@ class Progress:
                 f"{rate:,.0f}/s)",
                 flush=True,
             )
+
+
+def print_machine() -> None:
+    """One line on what runs this benchmark and how busy the machine is."""
+    info = machine_info()
+    print(
+        f"{info['date']}  Python {info['python']}  pyarrow {info['pyarrow']}  "
+        f"{info['cpus']} CPUs  load average {info.get('loadavg_1_5_15')}",
+        flush=True,
+    )

@@ -94,6 +94,7 @@ def child_count(path: str, version: int | None) -> dict[str, Any]:
     db = mere.connect(store, create=False)
     db.snapshot(version)
     open_s = time.perf_counter() - t0
+    state = db._state_at(db.snapshot(version).version)  # cached by now: no more reads
     keys = list(dict.fromkeys(store.keys_read))
     requests = {
         f"{op} {kind}": {"calls": n, "seconds": s}
@@ -128,7 +129,19 @@ def child_count(path: str, version: int | None) -> dict[str, Any]:
             for v in range(first, last + 1):
                 log.read_commit(v)
             sequential.append(time.perf_counter() - t0)
+    # What a checkpoint of this state costs to write (encode only, no I/O): the
+    # commit that lands on a multiple of the interval pays it.
+    from mere.log.checkpoint import encode_checkpoint
+
+    encode_runs = []
+    size = 0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        size = len(encode_checkpoint(state.version, state.timestamp, list(state.live_actions())))
+        encode_runs.append(time.perf_counter() - t0)
     return {
+        "checkpoint_encode_s": c.median(encode_runs),
+        "checkpoint_bytes": size,
         "commits_replayed": len(versions),
         "read_commits_pool_s": c.median(pooled),
         "read_commits_sequential_s": c.median(sequential),
@@ -166,6 +179,8 @@ def measure(path: Path, version: int | None, runs: int, inproc: int) -> dict[str
         "requests": counted["requests"],
         "io_floor_ms": c.ms(counted["floor_s"]),
         "commits_replayed": counted["commits_replayed"],
+        "checkpoint_encode_ms": c.ms(counted["checkpoint_encode_s"]),
+        "checkpoint_bytes": counted["checkpoint_bytes"],
         "read_commits_pool_ms": c.ms(counted["read_commits_pool_s"]),
         "read_commits_sequential_ms": c.ms(counted["read_commits_sequential_s"]),
     }
@@ -197,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child_count(args.child_count, args.version)))
         return 0
 
+    c.print_machine()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     counts = [int(x) for x in args.commits.split(",") if x]
@@ -265,6 +281,24 @@ def main(argv: list[str] | None = None) -> int:
                     r["read_commits_sequential_ms"],
                 ]
                 for r in results
+            ],
+        )
+    )
+    print()
+    print("Writing a checkpoint of the opened state (encode only, no I/O)")
+    print(
+        c.format_table(
+            ["commits", "open", "data files", "encode ms", "bytes"],
+            [
+                [
+                    r["commits"],
+                    r["open"],
+                    r["files"],
+                    r["checkpoint_encode_ms"],
+                    r["checkpoint_bytes"],
+                ]
+                for r in results
+                if r["checkpoints"]
             ],
         )
     )

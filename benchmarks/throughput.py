@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", help="JSON output (default benchmarks/results/<name>.json)")
     args = parser.parse_args(argv)
 
+    c.print_machine()
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)

@@ -427,6 +427,21 @@ def rf1_keys(cfg: WriterConfig, seq: int) -> list[int]:
     return list(range(start, start + cfg.per_refresh))
 
 
+def log_entry(
+    cfg: WriterConfig, seq: int, kind: str, orders: int = 0, lineitems: int = 0, tombstones: int = 0
+) -> pa.Table:
+    """The ``refresh_log`` row a refresh commits together with its data."""
+    row = {
+        "writer": cfg.writer,
+        "seq": seq,
+        "kind": kind,
+        "orders": orders,
+        "lineitems": lineitems,
+        "tombstones": tombstones,
+    }
+    return pa.Table.from_pylist([row], schema=REFRESH_LOG_SCHEMA)
+
+
 def run_rf1(db: mere.Database, cfg: WriterConfig, seq: int, templates: Templates) -> int | None:
     """Insert new orders and their lineitems in one transaction; None if already done."""
     rng = random.Random(f"{cfg.seed}-rf1-{cfg.writer}-{seq}")
@@ -438,16 +453,7 @@ def run_rf1(db: mere.Database, cfg: WriterConfig, seq: int, templates: Templates
         with db.transaction() as tx:
             tx.table("orders").append(orders)
             tx.table(REFRESH_LOG).append(
-                [
-                    {
-                        "writer": cfg.writer,
-                        "seq": seq,
-                        "kind": "RF1",
-                        "orders": orders.num_rows,
-                        "lineitems": items.num_rows,
-                        "tombstones": 0,
-                    }
-                ]
+                log_entry(cfg, seq, "RF1", orders.num_rows, items.num_rows)
             )
         with db.transaction() as tx:
             tx.table("lineitem").append(items)
@@ -458,18 +464,7 @@ def run_rf1(db: mere.Database, cfg: WriterConfig, seq: int, templates: Templates
             return None  # committed by an earlier attempt whose outcome was unknown
         tx.table("orders").append(orders)
         tx.table("lineitem").append(items)
-        tx.table(REFRESH_LOG).append(
-            [
-                {
-                    "writer": cfg.writer,
-                    "seq": seq,
-                    "kind": "RF1",
-                    "orders": orders.num_rows,
-                    "lineitems": items.num_rows,
-                    "tombstones": 0,
-                }
-            ]
-        )
+        tx.table(REFRESH_LOG).append(log_entry(cfg, seq, "RF1", orders.num_rows, items.num_rows))
         tx.set_app_transaction(writer_app_id(cfg.writer), seq + 1)
     return tx.commit_version
 
@@ -491,18 +486,7 @@ def run_rf2(db: mere.Database, cfg: WriterConfig, seq: int, attempt: int) -> int
         live = pc.filter(originals, pc.invert(pc.is_in(originals, value_set=tombstoned)))
         chosen = sorted(rng.sample(live.to_pylist(), min(cfg.per_refresh, len(live))))
         tx.table(DELETED_ORDERS).append(pa.table({"o_orderkey": pa.array(chosen, pa.int64())}))
-        tx.table(REFRESH_LOG).append(
-            [
-                {
-                    "writer": cfg.writer,
-                    "seq": seq,
-                    "kind": "RF2",
-                    "orders": 0,
-                    "lineitems": 0,
-                    "tombstones": len(chosen),
-                }
-            ]
-        )
+        tx.table(REFRESH_LOG).append(log_entry(cfg, seq, "RF2", tombstones=len(chosen)))
         tx.set_app_transaction(writer_app_id(cfg.writer), seq + 1)
     return tx.commit_version
 
@@ -1062,6 +1046,7 @@ def main(argv: list[str] | None = None) -> int:
         "phase_seconds": {k: round(v, 3) for k, v in times.items()},
         "total_seconds": round(sum(times.values()), 3),
     }
+    db.close()
     print_summary(console, summary)
     if args.summary_json:
         args.summary_json.write_text(json.dumps(summary, indent=2) + "\n")

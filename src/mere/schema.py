@@ -167,9 +167,10 @@ def normalize_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schem
         if name_key(f.name) in seen:
             raise InvalidName(f"duplicate column name {f.name!r} (names are unique ignoring case)")
         seen[name_key(f.name)] = f.name
-        t = f.type.value_type if pat.is_dictionary(f.type) else f.type
+        t = storage_type(f.type)
         type_to_json(t)  # raises for unsupported types
-        fields.append(pa.field(f.name, t, f.nullable, f.metadata))
+        meta = {k: v for k, v in (f.metadata or {}).items() if not k.startswith(b"PARQUET:")}
+        fields.append(pa.field(f.name, t, f.nullable, meta or None))
     if len(set(partition_by)) != len(partition_by):
         raise SchemaMismatch(f"duplicate partition column in {list(partition_by)}")
     names = [f.name for f in fields]
@@ -183,6 +184,24 @@ def normalize_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schem
     if len(partition_by) == len(fields):
         raise SchemaMismatch("a table needs at least one column that is not a partition column")
     return pa.schema(fields, metadata=schema.metadata)
+
+
+def storage_type(t: pa.DataType) -> pa.DataType:
+    """The type a column is stored as: dictionaries decoded, view types as plain ones."""
+    if pat.is_dictionary(t):
+        return storage_type(t.value_type)
+    if t == pa.string_view():
+        return pa.string()
+    if t == pa.binary_view():
+        return pa.binary()
+    if pat.is_list(t) or pat.is_large_list(t):
+        item = t.value_field.with_type(storage_type(t.value_field.type))
+        return pa.list_(item) if pat.is_list(t) else pa.large_list(item)
+    if pat.is_struct(t):
+        return pa.struct(
+            [t.field(i).with_type(storage_type(t.field(i).type)) for i in range(t.num_fields)]
+        )
+    return t
 
 
 def _family(t: pa.DataType) -> str:
@@ -283,8 +302,8 @@ def conform(data: pa.Table, schema: pa.Schema, *, what: str = "data") -> pa.Tabl
 
 
 def _conform_column(col: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedArray:
-    if pat.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
+    if col.type != f.type and storage_type(col.type) == f.type:
+        col = col.cast(f.type)
     if col.type != f.type:
         if _family(col.type) not in (_family(f.type), "null"):
             raise SchemaMismatch(

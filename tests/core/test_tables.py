@@ -195,3 +195,24 @@ def test_pandas_dataframe_with_index_is_appended_without_it(db: mere.Database) -
     df = pd.DataFrame({"a": [1, 2]}, index=[10, 20])
     db.table("t").append(df)
     assert db.table("t").scan().column_names == ["a"]
+
+
+def test_view_and_dictionary_types_are_stored_plainly(db: mere.Database) -> None:
+    schema = pa.schema(
+        [
+            pa.field("a", pa.string_view(), metadata={b"PARQUET:field_id": b"1"}),
+            pa.field("b", pa.list_(pa.string_view())),
+        ]
+    )
+    db.create_table("t", schema)
+    assert db.table("t").schema == pa.schema([("a", pa.string()), ("b", pa.list_(pa.string()))])
+    db.table("t").append(pa.table({"a": pa.array(["x"]).dictionary_encode(), "b": [["y"]]}))
+    db.table("t").append(
+        pa.table(
+            {
+                "a": pa.array(["z"], pa.string_view()),
+                "b": pa.array([["w"]], pa.list_(pa.string_view())),
+            }
+        )
+    )
+    assert sorted(db.table("t").scan().column("a").to_pylist()) == ["x", "z"]

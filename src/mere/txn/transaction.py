@@ -444,7 +444,7 @@ class Transaction:
     def _commit_info(
         self, commit_id: str, state: DatabaseState, actions: list[Action]
     ) -> CommitInfo:
-        ops = self._operations
+        ops = _collapse(self._operations)
         if len(ops) == 1:
             operation = ops[0]["operation"]
             parameters = {k: v for k, v in ops[0].items() if k != "operation"}
@@ -593,6 +593,17 @@ class Transaction:
 
     def __repr__(self) -> str:
         return f"<Transaction read_version={self.read_version} {self.isolation} {self._status}>"
+
+
+def _collapse(operations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Merge runs of identical operations (many appends to one table) into one with a count."""
+    out: list[dict[str, Any]] = []
+    for op in operations:
+        if out and {k: v for k, v in out[-1].items() if k != "count"} == op:
+            out[-1]["count"] = out[-1].get("count", 1) + 1
+        else:
+            out.append(dict(op))
+    return out
 
 
 class TxTable:
