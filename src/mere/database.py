@@ -8,8 +8,8 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -32,7 +32,7 @@ from mere.log.actions import (
 from mere.log.log import Log, PutOutcome
 from mere.names import check_table_name
 from mere.snapshot.loader import load_state
-from mere.snapshot.snapshot import Snapshot, TableSnapshot, describe_table, ms_to_datetime
+from mere.snapshot.snapshot import Snapshot, TableSnapshot, describe_table
 from mere.snapshot.state import DatabaseState
 from mere.storage import ObjectStore, open_store
 from mere.txn.transaction import (
@@ -44,6 +44,14 @@ from mere.txn.transaction import (
 )
 
 if TYPE_CHECKING:
+    from mere.maintain import (
+        CompactResult,
+        DeltaExportResult,
+        ExpireResult,
+        ExportResult,
+        RestoreResult,
+        VacuumResult,
+    )
     from mere.ops.merge import TableMerger
 
 log = logging.getLogger("mere")
@@ -264,25 +272,10 @@ class Database:
             tx.drop_table(name, if_exists=if_exists)
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """One entry per commit, newest first."""
-        latest = self._latest_state().version
-        first = 0 if limit is None else max(0, latest - limit + 1)
-        entries = []
-        for commit in reversed(self.log.read_commits(first, latest)):
-            info = commit.info
-            entries.append(
-                {
-                    "version": commit.version,
-                    "timestamp": ms_to_datetime(info.timestamp).isoformat(),
-                    "operation": info.operation,
-                    "parameters": info.parameters,
-                    "metrics": info.metrics,
-                    "isolation": info.isolation,
-                    "read_version": info.read_version,
-                    "commit_id": info.commit_id,
-                }
-            )
-        return entries
+        """One entry per commit, newest first (see :func:`mere.maintain.history.history`)."""
+        from mere.maintain.history import history
+
+        return history(self, limit)
 
     def close(self) -> None:
         self.store.close()
@@ -295,6 +288,74 @@ class Database:
 
     def __repr__(self) -> str:
         return f"<mere.Database {self.uri!r}>"
+
+    # --- maintenance (mere.maintain) -----------------------------------------------
+
+    def checkpoint(self) -> int:
+        """Write a checkpoint at the latest version now; return that version."""
+        from mere.maintain.checkpoint import checkpoint
+
+        return checkpoint(self)
+
+    def restore(
+        self,
+        version: int | None = None,
+        *,
+        timestamp: datetime | int | None = None,
+        tables: Sequence[str] | None = None,
+    ) -> RestoreResult:
+        """Commit the state of ``tables`` (default: all) as of an older version.
+
+        See :func:`mere.maintain.restore.restore`.
+        """
+        from mere.maintain.restore import restore
+
+        return restore(self, version, timestamp=timestamp, tables=tables)
+
+    def vacuum(
+        self,
+        retention: timedelta = timedelta(days=7),
+        *,
+        dry_run: bool = False,
+        force: bool = False,
+        min_retention: timedelta | None = None,
+    ) -> VacuumResult:
+        """Delete data files no retained version needs, once older than ``retention``.
+
+        See :func:`mere.maintain.vacuum.vacuum`.
+        """
+        from mere.maintain.vacuum import vacuum
+
+        return vacuum(self, retention, dry_run=dry_run, force=force, min_retention=min_retention)
+
+    def expire(
+        self,
+        retention: timedelta = timedelta(days=30),
+        *,
+        dry_run: bool = False,
+        force: bool = False,
+        min_retention: timedelta | None = None,
+    ) -> ExpireResult:
+        """Delete log entries older than ``retention``; retained versions stay readable.
+
+        See :func:`mere.maintain.expire.expire`.
+        """
+        from mere.maintain.expire import expire
+
+        return expire(self, retention, dry_run=dry_run, force=force, min_retention=min_retention)
+
+    def export(
+        self,
+        target_uri: str | os.PathLike[str] | ObjectStore,
+        *,
+        version: int | None = None,
+        tables: Sequence[str] | None = None,
+        mode: Literal["full", "minimal"] = "full",
+    ) -> ExportResult:
+        """Create a new database whose version 0 is this one's state (see mere.maintain.export)."""
+        from mere.maintain.export import export
+
+        return export(self, target_uri, version=version, tables=tables, mode=mode)
 
 
 class Table:
@@ -379,3 +440,33 @@ class Table:
 
     def __repr__(self) -> str:
         return f"<mere.Table {self.name!r}>"
+
+    # --- maintenance (mere.maintain) -----------------------------------------------
+
+    def compact(
+        self,
+        target_file_size: int | None = None,
+        where: str | None = None,
+        sort_by: Sequence[str] | None = None,
+        *,
+        zorder_by: Sequence[str] | None = None,
+    ) -> CompactResult:
+        """Bin-pack small files, optionally sorting or z-ordering (see mere.maintain.compact)."""
+        from mere.maintain.compact import compact
+
+        return compact(
+            self._db,
+            self.name,
+            target_file_size=target_file_size,
+            where=where,
+            sort_by=sort_by,
+            zorder_by=zorder_by,
+        )
+
+    def export_delta(
+        self, target_uri: str | os.PathLike[str] | ObjectStore, version: int | None = None
+    ) -> DeltaExportResult:
+        """Write this table as a Delta Lake table at ``target_uri`` (see mere.maintain.delta)."""
+        from mere.maintain.delta import export_delta
+
+        return export_delta(self._db, self.name, target_uri, version=version)

@@ -151,6 +151,6 @@ def test_connect_without_create(tmp_path: object) -> None:
         mere.connect(f"{tmp_path}/nothing", create=False)
 
 
-def test_cloud_schemes_say_not_built() -> None:
-    with pytest.raises(NotImplementedError, match="s3"):
-        mere.connect("s3://bucket/prefix")
+def test_unknown_scheme() -> None:
+    with pytest.raises(mere.StorageError, match="unknown storage scheme"):
+        mere.connect("ftp://host/db")

@@ -88,14 +88,21 @@ def load(db: mere.Database, partitioned: bool) -> mere.Table:
     return db.table("t")
 
 
-@pytest.fixture(params=[False, True], ids=["flat", "partitioned"])
-def table(request: pytest.FixtureRequest, db: mere.Database) -> mere.Table:
-    return load(db, request.param)
-
-
 def fresh(partitioned: bool) -> mere.Table:
-    """A table in a private in-memory database (for property tests)."""
+    """A table in a private in-memory database."""
     return load(mere.connect(MemoryStore()), partitioned)
+
+
+@pytest.fixture(params=[False, True], ids=["flat", "partitioned"])
+def table(request: pytest.FixtureRequest) -> mere.Table:
+    """The reference table, unpartitioned and partitioned, in memory (the long matrices)."""
+    return fresh(request.param)
+
+
+@pytest.fixture(params=[False, True], ids=["flat", "partitioned"])
+def stored_table(request: pytest.FixtureRequest, db: mere.Database) -> mere.Table:
+    """The reference table on every store backend (the ``db`` fixture)."""
+    return load(db, request.param)
 
 
 # --- DELETE ---------------------------------------------------------------------------
@@ -129,15 +136,18 @@ def test_delete_matches_duckdb(table: mere.Table, where: str) -> None:
     assert rows_of(table.scan()) == duck_rows(con)
 
 
-def test_delete_everything_leaves_an_empty_table(table: mere.Table) -> None:
+def test_delete_everything_leaves_an_empty_table(stored_table: mere.Table) -> None:
+    table = stored_table
     assert table.delete("TRUE") == ALL_ROWS.num_rows
     assert table.scan().num_rows == 0
     assert table.describe()["files"] == 0
 
 
 @pytest.mark.parametrize("where", ["x > 1000", "s = 'nope'", "x IS NULL AND x IS NOT NULL"])
-def test_delete_matching_nothing_commits_nothing(table: mere.Table, db: mere.Database, where: str):
+def test_delete_matching_nothing_commits_nothing(stored_table: mere.Table, where: str) -> None:
     """A condition matching no row changes nothing and writes no version at all."""
+    table = stored_table
+    db = table._db
     version = db.version
     con = duck_table(ALL_ROWS)
     assert con.execute(f"DELETE FROM t WHERE {where}").fetchone() == (0,)
@@ -187,7 +197,8 @@ def test_update_sees_old_values_in_every_assignment(table: mere.Table) -> None:
 REPLACEMENT = make_rows(99, 7, 1000)
 
 
-def test_full_overwrite_matches_duckdb(table: mere.Table) -> None:
+def test_full_overwrite_matches_duckdb(stored_table: mere.Table) -> None:
+    table = stored_table
     con = duck_table(ALL_ROWS)
     con.register("new_rows", REPLACEMENT)
     con.execute("DELETE FROM t")
@@ -208,21 +219,45 @@ def test_overwrite_where_matches_duckdb(table: mere.Table, where: str) -> None:
     """replaceWhere: rows matching the condition are replaced by new rows that satisfy it."""
     con = duck_table(ALL_ROWS)
     con.register("candidates", REPLACEMENT)
-    new_rows = con.execute(f"SELECT * FROM candidates WHERE {where}").fetch_arrow_table()
+    new_rows = con.sql(f"SELECT * FROM candidates WHERE {where}").to_arrow_table()
     (expected_removed,) = con.execute(f"DELETE FROM t WHERE {where}").fetchone() or (0,)
     con.execute("INSERT INTO t SELECT * FROM candidates WHERE " + where)
     assert table.overwrite(new_rows.cast(SCHEMA), where=where) == expected_removed
     assert rows_of(table.scan()) == duck_rows(con)
 
 
-def test_overwrite_where_refuses_rows_outside_the_condition(
-    table: mere.Table, db: mere.Database
-) -> None:
-    version = db.version
+def test_overwrite_where_refuses_rows_outside_the_condition(stored_table: mere.Table) -> None:
+    table = stored_table
+    version = table._db.version
     with pytest.raises(mere.ConstraintViolation, match="do not satisfy"):
         table.overwrite(REPLACEMENT, where="grp = 1")
-    assert db.version == version
+    assert table._db.version == version
     assert rows_of(table.scan()) == rows_of(ALL_ROWS)
+
+
+def test_a_sequence_of_operations_on_every_backend(stored_table: mere.Table) -> None:
+    """Delete, update, overwrite-where and merge in turn, compared with DuckDB after each."""
+    table = stored_table
+    con = duck_table(ALL_ROWS)
+    assert (
+        table.delete("x < 0 OR s = 'O''Brien'")
+        == (con.execute("DELETE FROM t WHERE x < 0 OR s = 'O''Brien'").fetchone() or (0,))[0]
+    )
+    assert rows_of(table.scan()) == duck_rows(con)
+    table.update("grp = 1", {"grp": "0", "s": "s || '→'"})
+    con.execute("UPDATE t SET grp = 0, s = s || '→' WHERE grp = 1")
+    assert rows_of(table.scan()) == duck_rows(con)
+    new_rows = REPLACEMENT.filter(pc.equal(REPLACEMENT["grp"], 2))
+    table.overwrite(new_rows, where="grp = 2")
+    con.register("new_rows", new_rows)
+    con.execute("DELETE FROM t WHERE grp = 2")
+    con.execute("INSERT INTO t SELECT * FROM new_rows")
+    assert rows_of(table.scan()) == duck_rows(con)
+    if HAS_MERGE:
+        con.register("src", CHANGES)
+        table.merge(CHANGES, on="t.id = s.id").when_matched_delete().execute()
+        con.execute("MERGE INTO t USING src AS s ON t.id = s.id WHEN MATCHED THEN DELETE")
+        assert rows_of(table.scan()) == duck_rows(con)
 
 
 # --- random conditions from a small grammar ---------------------------------------------
@@ -405,7 +440,8 @@ def test_merge_source_row_matching_several_target_rows_updates_all(
 
 
 @needs_merge
-def test_merge_target_row_matched_twice_fails_in_both(table: mere.Table, db: mere.Database):
+def test_merge_target_row_matched_twice_fails_in_both(stored_table: mere.Table) -> None:
+    table, db = stored_table, stored_table._db
     source = source_rows((3, 1, "a", "U", 0), (3, 2, "b", "U", 0))
     con = duck_table(ALL_ROWS)
     con.register("src", source)

@@ -55,7 +55,7 @@ from mere.errors import ConstraintViolation, InvalidExpression, SchemaMismatch
 from mere.expr.ast import quote_identifier
 from mere.names import name_key
 from mere.ops.rewrite import match_mask
-from mere.ops.update import _assign
+from mere.ops.update import assign_values, literal_value
 from mere.schema import conform, to_arrow_table
 
 if TYPE_CHECKING:
@@ -389,12 +389,7 @@ class TableMerger:
             if isinstance(value, str):
                 bound[column] = self._bind(value, sides)
             else:
-                try:
-                    bound[column] = pa.scalar(value, type=target)
-                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
-                    raise SchemaMismatch(
-                        f"cannot set column {column!r} ({target}) to {value!r}: {exc}"
-                    ) from None
+                bound[column] = literal_value(column, target, value)
             texts[column] = value if isinstance(value, str) else repr(value)
         return bound, texts
 
@@ -635,7 +630,7 @@ class TableMerger:
             elif isinstance(value, pa.Scalar):
                 columns.append(pa.chunked_array([pa.repeat(value, rows.num_rows)]))
             else:
-                columns.append(_assign(f.name, f.type, sqlexpr.evaluate(value, rows)))
+                columns.append(assign_values(f.name, f.type, sqlexpr.evaluate(value, rows)))
         table = pa.Table.from_arrays(columns, names=self._target_schema.names)
         what = "updated rows" if from_target else "inserted rows"
         return conform(table, self._target_schema, what=what)
@@ -793,6 +788,8 @@ def _key_filters(
     range when there are more than :data:`IN_LIST_LIMIT` keys, and either is None
     when the type has no usable literals or order.
     """
+    if not _exact_literals(values.type):
+        return None, None
     col = sqlexpr.Column(column)
     distinct = pc.unique(values)
     key_range: sqlexpr.Expr | None
@@ -811,6 +808,28 @@ def _key_filters(
         return key_range, key_range
     literals = tuple(sqlexpr.Literal(v, values.type) for v in distinct.to_pylist())
     return sqlexpr.In(col, literals), key_range
+
+
+def _exact_literals(type_: pa.DataType) -> bool:
+    """Whether every value of ``type_`` prints as SQL that reads back as the same value.
+
+    Nanosecond timestamps do not (``as_py`` drops the nanoseconds), and a filter
+    built from a rounded key could skip the file holding the real one.
+    """
+    if pat.is_timestamp(type_):
+        return bool(type_.unit != "ns")
+    return any(
+        check(type_)
+        for check in (
+            pat.is_integer,
+            pat.is_floating,
+            pat.is_decimal,
+            pat.is_string,
+            pat.is_large_string,
+            pat.is_boolean,
+            pat.is_date,
+        )
+    )
 
 
 __all__ = ["IN_LIST_LIMIT", "MergeMetrics", "TableMerger"]

@@ -28,7 +28,8 @@ def update(table: TxTable, where: str | None, set: Mapping[str, Any]) -> int:
 
     Raises:
         InvalidExpression: a bad condition or expression.
-        SchemaMismatch: an unknown column, a partition column, or a lossy value.
+        SchemaMismatch: an unknown column or a lossy value. Setting a partition
+            column is allowed: the rows move to their new partition.
         ConstraintViolation: a NULL written into a NOT NULL column.
     """
     schema = table.schema
@@ -44,24 +45,23 @@ def update(table: TxTable, where: str | None, set: Mapping[str, Any]) -> int:
         if isinstance(value, str):
             assignments[column] = sqlexpr.bind(sqlexpr.parse(value), schema)
         else:
-            try:
-                assignments[column] = pa.scalar(value, type=target)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
-                raise SchemaMismatch(
-                    f"cannot set column {column!r} ({target}) to {value!r}: {exc}"
-                ) from None
+            assignments[column] = literal_value(column, target, value)
 
     def change(rows: pa.Table, mask: pa.ChunkedArray) -> pa.Table:
-        out = rows
-        for column, value in assignments.items():
-            index = rows.schema.get_field_index(column)
-            field = rows.schema.field(index)
+        # Only the matching rows are evaluated: a value that would not fit in a row
+        # the condition excludes must not fail the update (SQL evaluates SET per row).
+        selected = rows.filter(mask)
+        updated = selected
+        for column, value in assignments.items():  # every assignment sees the old row
+            index = selected.schema.get_field_index(column)
+            field = selected.schema.field(index)
             if isinstance(value, pa.Scalar):
-                new = pa.repeat(value, rows.num_rows)
+                new = pa.chunked_array([pa.repeat(value, selected.num_rows)], field.type)
             else:
-                new = _assign(column, field.type, sqlexpr.evaluate(value, rows))
-            out = out.set_column(index, field, pc.if_else(mask, new, rows.column(index)))
-        return conform(out, schema, what="updated rows")
+                new = assign_values(column, field.type, sqlexpr.evaluate(value, selected))
+            updated = updated.set_column(index, field, new)
+        kept = rows.filter(pc.invert(mask))
+        return conform(pa.concat_tables([kept, updated]), schema, what="updated rows")
 
     updated = rewrite_matching(table, where, change)
     table._tx._record_operation(
@@ -74,7 +74,7 @@ def update(table: TxTable, where: str | None, set: Mapping[str, Any]) -> int:
     return updated
 
 
-def _assign(
+def assign_values(
     column: str, target: pa.DataType, values: pa.Array | pa.ChunkedArray
 ) -> pa.ChunkedArray:
     """SQL assignment: cast to the column type, rounding decimals, refusing overflow."""
@@ -98,3 +98,32 @@ def _assign(
         raise SchemaMismatch(
             f"values for column {column!r} ({values.type}) do not fit its type {target}: {first}"
         ) from None
+
+
+def literal_value(column: str, target: pa.DataType, value: Any) -> pa.Scalar:
+    """A Python value for ``column``: of a matching kind, and converted without loss.
+
+    ``pa.scalar(value, type=target)`` alone checks the kind but truncates
+    (1.5 into an integer column gives 1), so the value's natural type must also
+    cast safely.
+
+    Raises:
+        SchemaMismatch: the value has the wrong kind, overflows or would lose precision.
+    """
+    errors = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError)
+    try:
+        scalar = pa.scalar(value, type=target)
+        natural = pa.array([value])
+    except errors as exc:
+        raise SchemaMismatch(
+            f"cannot set column {column!r} ({target}) to {value!r}: {exc}"
+        ) from None
+    try:
+        natural.cast(target, safe=True)
+    except pa.ArrowInvalid as exc:
+        raise SchemaMismatch(
+            f"cannot set column {column!r} ({target}) to {value!r} without loss: {exc}"
+        ) from None
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        pass  # no cast from the natural type (a date into a timestamp...): pa.scalar decided
+    return scalar
