@@ -23,3 +23,22 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -m pip install -q -e ".[${extras}]" 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -c "import mere" || { echo "installing mere failed" >&2; exit 1; }
+# Azurite (Microsoft's Azure Blob Storage emulator, from npm) for the Azure tests,
+# installed locally into .cache/azurite; only for the dev extras (the test suite).
+if [[ ",${extras}," == *",dev,"* ]] && [ ! -x .cache/azurite/node_modules/.bin/azurite-blob ]; then
+  if ! command -v npm >/dev/null; then
+    echo "npm is missing: the Azure tests need Azurite from npm (apt-get install npm)" >&2
+    exit 1
+  fi
+  mkdir -p .cache/azurite
+  npm install --no-save --no-audit --no-fund --no-package-lock --loglevel=error \
+    --prefix .cache/azurite azurite >/dev/null 2>&1 || {
+    echo "installing Azurite with npm failed: run" \
+      "'npm install --prefix .cache/azurite azurite' to see why" >&2
+    exit 1
+  }
+  [ -x .cache/azurite/node_modules/.bin/azurite-blob ] || {
+    echo "Azurite installed, but .cache/azurite/node_modules/.bin/azurite-blob is missing" >&2
+    exit 1
+  }
+fi

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -17,6 +17,7 @@ from mere.data.writer import DEFAULT_TARGET_FILE_SIZE
 from mere.errors import (
     CorruptLog,
     DatabaseNotFound,
+    ObjectNotFound,
     StorageError,
     TableNotFound,
     VersionNotFound,
@@ -64,6 +65,7 @@ def connect(
     uri: str | os.PathLike[str] | ObjectStore,
     *,
     create: bool = True,
+    storage_options: Mapping[str, Any] | None = None,
     checkpoint_interval: int | None = None,
     max_commit_attempts: int = DEFAULT_MAX_COMMIT_ATTEMPTS,
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
@@ -71,8 +73,11 @@ def connect(
     """Open the database at ``uri``, creating it if absent (unless ``create=False``).
 
     Args:
-        uri: a local path, ``file://`` URI, ``memory://name``, or an ObjectStore.
+        uri: a local path, ``file://`` URI, ``memory://name``, a cloud URI
+            (``s3://``, ``az://``, ``abfss://``, ``gs://``), or an ObjectStore.
         create: create an empty database when none exists at ``uri``.
+        storage_options: cloud configuration (credentials, region, endpoint)
+            overriding the environment; see :mod:`mere.storage.cloud`.
         checkpoint_interval: write a checkpoint every this many commits; stored
             in the database when it is created (default 100).
         max_commit_attempts: how often a commit that loses races to
@@ -83,7 +88,18 @@ def connect(
         DatabaseNotFound: no database at ``uri`` and ``create`` is False.
         FormatVersionError: the database was written by a newer format.
     """
-    store = uri if isinstance(uri, ObjectStore) else open_store(uri)
+    if isinstance(uri, ObjectStore):
+        if storage_options:
+            raise ValueError("storage_options configure a URI; this store is already open")
+        store = uri
+    else:
+        try:
+            store = open_store(uri, storage_options, create=create)
+        except ObjectNotFound:
+            raise DatabaseNotFound(
+                f"no mere database at {os.fspath(uri)!r}: the directory does not exist",
+                help="connect with create=True to create one",
+            ) from None
     return Database(
         store,
         create=create,
@@ -347,7 +363,6 @@ class Database:
     def export(
         self,
         target_uri: str | os.PathLike[str] | ObjectStore,
-        *,
         version: int | None = None,
         tables: Sequence[str] | None = None,
         mode: Literal["full", "minimal"] = "full",

@@ -1,17 +1,24 @@
 """Fixtures for the storage tests: one ``store`` fixture per backend.
 
-The behaviour suite runs against every backend through ``store``; tests
-that need one backend take ``local_store`` or ``memory_store`` directly.
+The behaviour suite runs against every backend through ``store``: memory,
+local, a fault-free FaultyStore, S3 (a moto server) and Azure Blob (Azurite),
+the last two started once per test session by ``tests/cloud/cloud_servers.py``
+(each test gets an empty prefix of its own). Tests that need one backend take
+``local_store`` or ``memory_store`` directly.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from mere.storage import FaultyStore, LocalStore, MemoryStore, ObjectStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cloud"))
+import cloud_servers
 
 
 @pytest.fixture
@@ -28,14 +35,26 @@ def local_store(tmp_path: Path) -> LocalStore:
     return LocalStore(tmp_path / "root")
 
 
-@pytest.fixture(params=["memory", "local", "faulty"])
+@pytest.fixture(
+    params=[
+        "memory",
+        "local",
+        "faulty",
+        pytest.param("s3", marks=pytest.mark.s3),
+        pytest.param("azure", marks=pytest.mark.azure),
+    ]
+)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
-    """Every backend in turn: memory, local (on tmp_path), and a fault-free FaultyStore."""
+    """Every backend in turn: memory, local (on tmp_path), a fault-free FaultyStore, S3, Azure."""
     created: ObjectStore
     if request.param == "memory":
         created = MemoryStore()
     elif request.param == "local":
         created = LocalStore(tmp_path / "root")
+    elif request.param == "s3":
+        created = cloud_servers.s3_store(cloud_servers.moto().endpoint)
+    elif request.param == "azure":
+        created = cloud_servers.azure_store(cloud_servers.azurite().endpoint)
     else:
         created = FaultyStore(MemoryStore())
     yield created

@@ -12,6 +12,7 @@ import pytest
 
 from mere.errors import AlreadyExists, InvalidKey, ObjectNotFound, StorageError
 from mere.storage import FaultyStore, LocalStore, MemoryStore, ObjectMeta, ObjectStore
+from mere.storage._obstore import ObstoreStore
 
 BAD_KEYS = [
     "../x",
@@ -372,6 +373,9 @@ def test_uri_names_the_backend(store: ObjectStore) -> None:
     if isinstance(inner, LocalStore):
         assert store.uri == Path(inner.root).as_uri()
         assert store.uri.startswith("file:///")
+    elif isinstance(inner, ObstoreStore):
+        prefix = {"s3": "s3://", "azure": "az://", "gcs": "gs://"}[inner.backend]
+        assert store.uri.startswith(prefix)
     else:
         assert isinstance(inner, MemoryStore)
         assert store.uri == "memory://" + inner.name

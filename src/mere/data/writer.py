@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mere.data.values import has_statistics, stat_to_json, to_text
+from mere.errors import InvalidKey, ObjectNotFound, StorageError
 from mere.log.actions import AddFile, TableMeta
 from mere.names import escape_partition_value
 from mere.schema import data_columns
@@ -145,7 +146,7 @@ class DataFileWriter:
             f"{c}={escape_partition_value(v)}/" for c, v in f.partition_values.items()
         )
         path = f"{directory}part-{uuid.uuid4().hex}.parquet"
-        self.store.put_if_absent(self.table.prefix + path, buffer)
+        upload(self.store, self.table.prefix + path, buffer)
         self.written.append(
             AddFile(
                 table_id=self.table.id,
@@ -186,3 +187,32 @@ def _stats_json(rows: int, stats: dict[str, _ColumnStats]) -> dict[str, Any]:
         "maxValues": maxs,
         "nullCount": {n: s.nulls for n, s in stats.items()},
     }
+
+
+UPLOAD_ATTEMPTS = 3
+
+
+def upload(store: ObjectStore, key: str, data: pa.Buffer) -> None:
+    """Create a data file, settling an unknown outcome by reading it back.
+
+    Data files have fresh unique names, so an object holding exactly our bytes
+    is our upload that landed although its answer was lost; a missing one is
+    sent again. Only a definite failure or an unreadable object raises.
+    """
+    error: StorageError | None = None
+    for _ in range(UPLOAD_ATTEMPTS):
+        try:
+            store.put_if_absent(key, data)
+            return
+        except InvalidKey:
+            raise
+        except StorageError as exc:  # AlreadyExists included: maybe our own earlier attempt
+            error = exc
+        try:
+            if store.get(key) == data.to_pybytes():
+                return
+        except ObjectNotFound:
+            continue
+        raise error
+    assert error is not None
+    raise error

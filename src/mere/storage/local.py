@@ -88,18 +88,23 @@ class LocalStore(ObjectStore):
 
     Args:
         root: the directory holding the objects; created (with parents) if
-            missing. Relative paths are made absolute at construction.
+            missing, unless ``create`` is False. Relative paths are made
+            absolute at construction.
 
     Raises:
+        ObjectNotFound: the root does not exist and ``create`` is False.
         StorageError: the root cannot be created or is not a directory.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, create: bool = True) -> None:
         path = os.path.abspath(os.fspath(root))
-        try:
-            os.makedirs(path, exist_ok=True)
-        except OSError as exc:
-            raise StorageError(f"cannot create store root {path!r}: {exc}") from exc
+        if create:
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as exc:
+                raise StorageError(f"cannot create store root {path!r}: {exc}") from exc
+        elif not os.path.exists(path):
+            raise ObjectNotFound(path)
         if not os.path.isdir(path):
             raise StorageError(f"store root {path!r} is not a directory")
         #: The absolute root directory (as given, symlinks not resolved).
