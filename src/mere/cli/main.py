@@ -215,10 +215,11 @@ def _iso(moment: datetime) -> str:
     help="Show the version of mere and exit.",
 )
 def cli(as_json: bool) -> None:
-    """Inspect a mere database: versions, tables, schemas, history and rows.
+    """Inspect and maintain a mere database: versions, tables, history, rows, upkeep.
 
-    URI is a local path, a file:// URI or memory://NAME. The CLI only reads:
-    it never creates a database or writes to one.
+    URI is a local path, a file:// URI or a cloud URI (s3://, az://, gs://).
+    The CLI never creates a database; only the maintenance commands (restore,
+    compact, vacuum, expire, checkpoint, export) and verify write.
 
     \b
     Output:
@@ -549,5 +550,13 @@ def main() -> Any:
     return cli(prog_name="mere")
 
 
+# --- maintenance commands (mere.cli.maintain) ---------------------------------------
+
+from mere.cli.maintain import register as _register_maintenance  # noqa: E402
+
+_register_maintenance(cli)
+
+
 if __name__ == "__main__":
     main()
+import mere.cli.verify  # noqa: E402 -- registers `mere verify`

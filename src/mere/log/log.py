@@ -174,7 +174,15 @@ class Log:
         Raises:
             VersionNotFound: every readable version is newer than the timestamp.
         """
-        if self.commit_timestamp(oldest) > timestamp_ms:
+        try:
+            first = self.commit_timestamp(oldest)
+        except VersionNotFound:
+            readable = self.oldest_version()  # versions below were expired
+            if readable is None or readable <= oldest:
+                raise
+            oldest = readable
+            first = self.commit_timestamp(oldest)
+        if first > timestamp_ms:
             when = datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC).isoformat()
             raise VersionNotFound(
                 f"no version was committed at or before {when}; the oldest "
@@ -188,6 +196,30 @@ class Log:
             else:
                 hi = mid - 1
         return lo
+
+    def oldest_version(self) -> int | None:
+        """The oldest version that can still be read, or None if no version can be rebuilt.
+
+        Expiry (``mere.maintain.expire``) deletes the commits and checkpoints
+        below a version after making sure a checkpoint at that version exists,
+        so the oldest readable version is 0 while commit 0 exists, and else the
+        oldest checkpoint from which the remaining commits replay (and whose
+        commit is still there, so its timestamp and history entry are known).
+        Costs one listing of ``_log/``.
+        """
+        commits: list[int] = []
+        checkpoints: list[int] = []
+        for meta in self.store.list(LOG_PREFIX):
+            parsed = parse_log_key(meta.key)
+            if parsed is not None:
+                (commits if parsed[1] == "commit" else checkpoints).append(parsed[0])
+        if not commits:
+            return None
+        first = min(commits)
+        if first == 0:
+            return 0
+        usable = [c for c in checkpoints if first - 1 <= c <= max(commits)]
+        return max(first, min(usable)) if usable else None
 
     # --- checkpoints -----------------------------------------------------------
 

@@ -17,24 +17,35 @@ def load_state(log: Log, version: int, cached: DatabaseState | None = None) -> D
     checkpoint at or below the target, else replays from version 0.
 
     Raises:
-        VersionNotFound: a commit needed for the replay does not exist.
+        VersionNotFound: a commit needed for the replay does not exist; when
+            the version was expired, the message names the oldest readable one.
         CorruptLog: a commit or checkpoint cannot be decoded.
     """
     if cached is not None and cached.version == version:
         return cached
-    if cached is not None and 0 <= version - cached.version <= MAX_INCREMENTAL_REPLAY:
-        return replay(log, cached, version)
-    checkpoint = log.checkpoint_at_or_below(version)
-    if checkpoint is not None:
-        return replay(log, DatabaseState.from_checkpoint(log.read_checkpoint(checkpoint)), version)
     try:
-        first = log.read_commit(0)
-    except VersionNotFound:
-        raise VersionNotFound(
-            f"version {version} cannot be rebuilt: version 0 is missing and no checkpoint "
-            f"at or below {version} exists"
-        ) from None
-    return replay(log, DatabaseState.initial(first), version)
+        if cached is not None and 0 <= version - cached.version <= MAX_INCREMENTAL_REPLAY:
+            return replay(log, cached, version)
+        checkpoint = log.checkpoint_at_or_below(version)
+        if checkpoint is not None:
+            start = DatabaseState.from_checkpoint(log.read_checkpoint(checkpoint))
+            return replay(log, start, version)
+        try:
+            first = log.read_commit(0)
+        except VersionNotFound:
+            raise VersionNotFound(
+                f"version {version} cannot be rebuilt: version 0 is missing and no checkpoint "
+                f"at or below {version} exists"
+            ) from None
+        return replay(log, DatabaseState.initial(first), version)
+    except VersionNotFound as exc:
+        oldest = log.oldest_version()
+        if oldest is not None and version < oldest:
+            raise VersionNotFound(
+                f"version {version} was expired; the oldest readable version is {oldest}",
+                help=f"read a version from {oldest} on",
+            ) from exc
+        raise
 
 
 def replay(log: Log, state: DatabaseState, version: int) -> DatabaseState:

@@ -1,0 +1,50 @@
+"""Maintenance verbs: history, restore, compact, vacuum, expire, checkpoint, export.
+
+Each verb is a function taking the :class:`~mere.database.Database` (or a
+table name) in its own module; ``Database`` and ``Table`` expose them as
+methods. They are built only from the log and the transaction primitives, so
+every change they make is an ordinary, atomic commit (restore, compaction) or
+a deletion of objects no retained version needs (vacuum, expire).
+"""
+
+from mere.maintain.checkpoint import checkpoint
+from mere.maintain.common import (
+    DEFAULT_MIN_RETENTION,
+    MIN_RETENTION_PROPERTY,
+    DataFileMissing,
+    RetentionTooShort,
+    parse_duration,
+)
+from mere.maintain.compact import CompactResult, compact
+from mere.maintain.delta import DeltaExportError, DeltaExportResult, export_delta
+from mere.maintain.expire import DEFAULT_LOG_RETENTION, ExpireResult, expire
+from mere.maintain.export import ExportResult, ExportTargetExists, export
+from mere.maintain.history import history
+from mere.maintain.restore import RestoreResult, restore
+from mere.maintain.vacuum import DEFAULT_RETENTION, VacuumResult, vacuum
+
+__all__ = [
+    "DEFAULT_LOG_RETENTION",
+    "DEFAULT_MIN_RETENTION",
+    "DEFAULT_RETENTION",
+    "MIN_RETENTION_PROPERTY",
+    "CompactResult",
+    "DataFileMissing",
+    "DeltaExportError",
+    "DeltaExportResult",
+    "ExpireResult",
+    "ExportResult",
+    "ExportTargetExists",
+    "RestoreResult",
+    "RetentionTooShort",
+    "VacuumResult",
+    "checkpoint",
+    "compact",
+    "expire",
+    "export",
+    "export_delta",
+    "history",
+    "parse_duration",
+    "restore",
+    "vacuum",
+]

@@ -1,0 +1,162 @@
+"""What the maintenance verbs share: retention rules, durations, errors.
+
+Vacuum (data files) and expire (log entries) follow one retention rule, so
+that whatever one keeps readable the other keeps too:
+
+* the **cutoff** is ``now - retention``;
+* the **retained versions** are the version that was current at the cutoff
+  (the newest committed at or before it) and every later version, the latest
+  always included. Keeping the version current at the cutoff, not only the
+  versions committed after it, is what makes "time travel to any moment within
+  the retention" work: a snapshot as of a time just after the cutoff reads
+  that version.
+
+A retention shorter than a minimum is refused unless forced: files younger
+than the retention may belong to a transaction that has not committed yet,
+and a transaction pinned to an expired version could try to create a commit
+slot expiry freed. The minimum must exceed the longest a transaction runs.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from mere.errors import MereError, VersionNotFound
+from mere.log.log import Log
+
+if TYPE_CHECKING:
+    from mere.database import Database
+
+#: Default minimum retention for vacuum and expire (overridden by the database
+#: property below, or by the ``min_retention`` keyword).
+DEFAULT_MIN_RETENTION = timedelta(hours=1)
+#: Database property holding the minimum retention, as a duration (``"1h"``, ``"7d"``, ``"3600"``).
+MIN_RETENTION_PROPERTY = "vacuumMinRetention"
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?", re.IGNORECASE)
+_UNITS = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+}
+
+
+class RetentionTooShort(MereError):
+    """A retention below the configured minimum was asked for without ``force=True``."""
+
+
+class DataFileMissing(MereError):
+    """A data file a version references no longer exists (vacuum deleted it)."""
+
+
+def parse_duration(text: str) -> timedelta:
+    """A duration written as ``90``, ``90s``, ``15m``, ``1h30m``, ``7d``, ``2w`` or ``500ms``.
+
+    A bare number means seconds.
+
+    Raises:
+        ValueError: the text is not a duration.
+    """
+    source = text.strip()
+    if not source:
+        raise ValueError("an empty duration")
+    seconds = 0.0
+    pos = 0
+    while pos < len(source):
+        match = _DURATION_PART.match(source, pos)
+        if match is None or match.end() == pos:
+            raise ValueError(
+                f"{text!r} is not a duration (examples: 3600, 90s, 15m, 1h30m, 7d, 2w)"
+            )
+        unit = (match.group(2) or "s").lower()
+        seconds += float(match.group(1)) * _UNITS[unit]
+        pos = match.end()
+        while pos < len(source) and source[pos] == " ":
+            pos += 1
+    return timedelta(seconds=seconds)
+
+
+def minimum_retention(
+    properties: Mapping[str, str], override: timedelta | None = None
+) -> timedelta:
+    """The minimum retention: the override, else the database property, else 1 hour.
+
+    Raises:
+        ValueError: the database property is not a duration.
+    """
+    if override is not None:
+        return override
+    text = properties.get(MIN_RETENTION_PROPERTY)
+    if text is None:
+        return DEFAULT_MIN_RETENTION
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ValueError(f"database property {MIN_RETENTION_PROPERTY}: {exc}") from None
+
+
+def check_retention(
+    db: Database,
+    retention: timedelta,
+    *,
+    force: bool,
+    min_retention: timedelta | None,
+    verb: str,
+) -> None:
+    """Refuse a negative retention, or one below the minimum unless ``force``.
+
+    Raises:
+        ValueError: a negative retention.
+        RetentionTooShort: below the minimum, without ``force``.
+    """
+    if not isinstance(retention, timedelta):
+        raise TypeError(f"retention must be a datetime.timedelta, not {type(retention).__name__}")
+    if retention < timedelta(0):
+        raise ValueError("retention cannot be negative")
+    minimum = minimum_retention(db._latest_state().properties, min_retention)
+    if retention < minimum and not force:
+        raise RetentionTooShort(
+            f"refusing to {verb} with a retention of {retention}, below the minimum of "
+            f"{minimum}: files and log entries younger than the minimum may belong to "
+            "transactions that have not committed yet, or to readers still using them",
+            help="pass force=True (CLI: --force) if no transaction runs longer than the "
+            f"retention, or set the database property {MIN_RETENTION_PROPERTY}",
+        )
+
+
+def now_seconds(now: float | None) -> float:
+    """The current time in seconds since the epoch (``now`` when given: an injected clock)."""
+    return time.time() if now is None else float(now)
+
+
+def oldest_retained_version(log: Log, oldest: int, latest: int, cutoff_ms: int) -> int:
+    """The oldest retained version: the newest version committed at or before the cutoff.
+
+    ``oldest`` is the oldest readable version; when every readable version is
+    newer than the cutoff, it is the answer. Commit timestamps strictly
+    increase with versions, so a binary search finds it.
+    """
+    if log.commit_timestamp(oldest) > cutoff_ms:
+        return oldest
+    return log.version_at_timestamp(cutoff_ms, oldest, latest)
+
+
+def readable_range(db: Database) -> tuple[int, int]:
+    """(oldest readable version, latest version) of the database.
+
+    Raises:
+        DatabaseNotFound: there is no log any more.
+        VersionNotFound: no version can be rebuilt (a damaged log).
+    """
+    latest = db._latest_state().version
+    oldest = db.log.oldest_version()
+    if oldest is None:
+        raise VersionNotFound(f"no version of the database at {db.uri} can be rebuilt")
+    return min(oldest, latest), latest

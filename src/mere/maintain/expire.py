@@ -1,0 +1,119 @@
+"""Expiry: dropping log entries and checkpoints older than the retention.
+
+The log only grows; expiry bounds it. It keeps every retained version (see
+:mod:`mere.maintain.common`) readable by a fresh client:
+
+1. find the oldest retained version R (the version current at the cutoff);
+2. make sure a checkpoint exists at R, writing it (create-only) if needed,
+   *before* deleting anything;
+3. delete the commits below R, oldest first, then the checkpoints below R.
+
+The latest version's commit is never deleted (R is at most the latest). A
+crash at any point leaves a readable log: the remaining commits are a
+contiguous suffix, and the checkpoint at R was written first. Afterwards
+versions below R raise :class:`~mere.errors.VersionNotFound` naming R.
+
+Why a minimum retention also applies here: a transaction pinned to a version
+V tries to create commit V+1. Were V+1 expired, the create would succeed, so
+a transaction must not run longer than the minimum retention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from mere.log.keys import LOG_PREFIX, checkpoint_key, parse_log_key
+from mere.maintain.checkpoint import write_checkpoint
+from mere.maintain.common import (
+    check_retention,
+    now_seconds,
+    oldest_retained_version,
+    readable_range,
+)
+from mere.maintain.progress import progress
+
+if TYPE_CHECKING:
+    from mere.database import Database
+
+#: Default log retention (as Delta Lake's ``logRetentionDuration``).
+DEFAULT_LOG_RETENTION = timedelta(days=30)
+
+
+@dataclass
+class ExpireResult:
+    """What expiry did (or, with ``dry_run``, would do)."""
+
+    dry_run: bool
+    retention_seconds: float
+    latest_version: int
+    #: The oldest version readable afterwards.
+    oldest_version: int
+    #: The version a checkpoint was written at first, or None if one existed.
+    checkpoint_written: int | None
+    commits_deleted: int
+    checkpoints_deleted: int
+    keys: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form (for ``--json``)."""
+        return asdict(self)
+
+
+def expire(
+    db: Database,
+    retention: timedelta = DEFAULT_LOG_RETENTION,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    min_retention: timedelta | None = None,
+    now: float | None = None,
+) -> ExpireResult:
+    """Delete commits and checkpoints no retained version needs.
+
+    Args:
+        retention: how far back versions stay readable.
+        dry_run: report what would be deleted, delete (and write) nothing.
+        force: allow a retention below the minimum.
+        min_retention: the minimum (default: the database property
+            ``vacuumMinRetention``, else 1 hour).
+        now: the current time in seconds since the epoch (an injected clock).
+
+    Raises:
+        RetentionTooShort: below the minimum without ``force``.
+    """
+    check_retention(db, retention, force=force, min_retention=min_retention, verb="expire")
+    cutoff_ms = int((now_seconds(now) - retention.total_seconds()) * 1000)
+    oldest, latest = readable_range(db)
+    keep = oldest_retained_version(db.log, oldest, latest, cutoff_ms)
+
+    written: int | None = None
+    if not db.store.exists(checkpoint_key(keep)) and keep > 0:
+        written = keep
+        if not dry_run:
+            write_checkpoint(db, db._state_at(keep))
+
+    commits: list[str] = []
+    checkpoints: list[str] = []
+    for meta in db.store.list(LOG_PREFIX):
+        parsed = parse_log_key(meta.key)
+        if parsed is None or parsed[0] >= keep:
+            continue
+        (commits if parsed[1] == "commit" else checkpoints).append(meta.key)
+    doomed = sorted(commits) + sorted(checkpoints)  # oldest commits first, then checkpoints
+    if not dry_run:
+        with progress("expiring log entries", len(doomed)) as advance:
+            for key in doomed:
+                db.store.delete(key)
+                advance(1)
+    return ExpireResult(
+        dry_run=dry_run,
+        retention_seconds=retention.total_seconds(),
+        latest_version=latest,
+        oldest_version=keep,
+        checkpoint_written=written,
+        commits_deleted=len(commits),
+        checkpoints_deleted=len(checkpoints),
+        keys=doomed,
+    )

@@ -1,0 +1,232 @@
+"""Restore: roll back by rolling forward.
+
+``restore(version=V)`` commits ONE new version whose state of the chosen
+tables equals their state at V. Nothing is deleted from the log: the
+rolled-back versions stay in the history, and the restore itself can be
+restored away. For each table in scope:
+
+* it exists at V and now (same table id): its metadata is reset to V's if it
+  changed, files live now but not at V are removed, files live at V but not now
+  are added back (the data files are immutable, so they are simply
+  referenced again);
+* it existed at V but was dropped since: it is re-created with the same id and
+  metadata, and V's files are added back; a table that took its name since is
+  dropped first;
+* it did not exist at V: it is dropped.
+
+With ``tables=None`` every table is in scope, so tables created since V go
+away. Application transaction markers (``txn``) and database properties are
+not rolled back (as in Delta Lake): a marker records what a pipeline
+committed, and the pipeline decides what to redo after a restore.
+
+The commit runs at isolation ``serializable`` and records a read of every
+table it restores (and the table listing when restoring all), so a concurrent
+commit that changes any of them makes it conflict instead of producing a mix;
+restore then starts over from the new latest version (a few times).
+
+Every file to add back is checked first: if vacuum deleted it, the restore
+fails with :class:`~mere.maintain.common.DataFileMissing` and commits nothing.
+A vacuum running concurrently spares files that commits landing during its
+run add back, but restoring a version older than the vacuum retention while a
+vacuum runs is still best avoided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from mere.errors import ConflictError, ObjectNotFound, TableNotFound
+from mere.log.actions import AddFile, TableMeta
+from mere.maintain.common import DataFileMissing
+from mere.maintain.progress import progress
+from mere.names import check_table_name
+from mere.snapshot.state import DatabaseState, TableState
+from mere.txn.transaction import Transaction
+
+if TYPE_CHECKING:
+    from mere.database import Database
+
+#: How often a restore that conflicts with concurrent commits starts over.
+RESTORE_ATTEMPTS = 3
+#: Concurrent existence checks of the files to add back.
+CHECK_THREADS = 16
+
+
+@dataclass
+class RestoreResult:
+    """What a restore committed."""
+
+    #: The version whose state was restored.
+    restored_version: int
+    #: The version the restore committed (equal to the read version if nothing changed).
+    version: int
+    tables_restored: list[str] = field(default_factory=list)
+    tables_recreated: list[str] = field(default_factory=list)
+    tables_dropped: list[str] = field(default_factory=list)
+    files_added: int = 0
+    files_removed: int = 0
+    rows_added: int = 0
+    rows_removed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form (for ``--json``)."""
+        return asdict(self)
+
+
+def restore(
+    db: Database,
+    version: int | None = None,
+    *,
+    timestamp: datetime | int | None = None,
+    tables: Sequence[str] | None = None,
+) -> RestoreResult:
+    """Commit the state of ``tables`` (default: all) as of ``version`` or ``timestamp``.
+
+    Raises:
+        ValueError: neither or both of ``version`` and ``timestamp``.
+        VersionNotFound: the version does not exist or was expired.
+        TableNotFound: a named table exists neither at that version nor now.
+        DataFileMissing: a file the old version needs was deleted by vacuum.
+        ConflictError: concurrent commits kept changing the restored tables.
+    """
+    if (version is None) == (timestamp is None):
+        raise ValueError("pass the version or the timestamp to restore")
+    if isinstance(tables, str):
+        raise TypeError("tables must be a list of table names, not a string")
+    old = db.snapshot(version=version, timestamp=timestamp)._state
+    for attempt in range(1, RESTORE_ATTEMPTS + 1):
+        tx = db.transaction("serializable")
+        try:
+            result = _stage(db, tx, old, tables)
+            result.version = tx.commit()
+            return result
+        except ConflictError:
+            tx.abort()
+            if attempt == RESTORE_ATTEMPTS:
+                raise
+        except Exception:
+            tx.abort()
+            raise
+    raise AssertionError("unreachable")
+
+
+def _stage(
+    db: Database, tx: Transaction, old: DatabaseState, tables: Sequence[str] | None
+) -> RestoreResult:
+    """Stage in ``tx`` the changes that make the chosen tables equal to ``old``."""
+    now = tx._state
+    result = RestoreResult(restored_version=old.version, version=tx.read_version)
+    if tables is None:
+        tx.tables()  # record the listing: a concurrent create or drop conflicts
+        old_ids = list(old.tables)
+        drop_ids = [i for i in now.tables if i not in old.tables]
+    else:
+        old_ids, drop_ids = [], []
+        for name in dict.fromkeys(check_table_name(n) for n in tables):
+            was, cur = old.table_by_name(name), now.table_by_name(name)
+            tx.has_table(name)  # record the lookup
+            if was is None and cur is None:
+                raise TableNotFound(name, old.version)
+            if was is not None:
+                old_ids.append(was.meta.id)
+            if cur is not None and (was is None or cur.meta.id != was.meta.id):
+                drop_ids.append(cur.meta.id)
+        # A table restored under a name another table now holds: that one goes.
+        for table_id in old_ids:
+            holder = now.table_by_name(old.tables[table_id].meta.name)
+            if holder is not None and holder.meta.id != table_id and holder.meta.id not in drop_ids:
+                drop_ids.append(holder.meta.id)
+
+    for table_id in drop_ids:
+        dropped = now.tables[table_id]
+        _record_read(tx, dropped)
+        tx.drop_table(dropped.meta.name)
+        result.tables_dropped.append(dropped.meta.name)
+        result.files_removed += len(dropped.files)
+        result.rows_removed += dropped.rows
+
+    to_add: list[tuple[TableMeta, list[AddFile]]] = []
+    for table_id in old_ids:
+        was = old.tables[table_id]
+        cur = now.tables.get(table_id)
+        if cur is None:
+            tx._stage_table(was.meta, recreate=True)
+            result.tables_recreated.append(was.meta.name)
+            to_add.append((was.meta, list(was.files.values())))
+            continue
+        _record_read(tx, cur)
+        changed = False
+        if not _same_meta(was.meta, cur.meta):
+            tx._stage_table(was.meta, recreate=False)
+            changed = True
+        removed = [f for p, f in cur.files.items() if p not in was.files]
+        for add in removed:
+            tx._remove_file(table_id, add)
+        added = [f for p, f in was.files.items() if p not in cur.files]
+        if added:
+            to_add.append((was.meta, added))
+        if changed or removed or added:
+            result.tables_restored.append(was.meta.name)
+        result.files_removed += len(removed)
+        result.rows_removed += sum(f.rows for f in removed)
+
+    _check_files_exist(db, old.version, to_add)
+    for meta, adds in to_add:
+        # Re-added files change the table's rows, even if a compaction first wrote them.
+        tx.add_files(meta.name, [replace(a, data_change=True) for a in adds], operation="RESTORE")
+        result.files_added += len(adds)
+        result.rows_added += sum(a.rows for a in adds)
+
+    names = sorted({*result.tables_restored, *result.tables_recreated, *result.tables_dropped})
+    # One operation for the whole commit: commitInfo says RESTORE {version, tables}.
+    tx._operations = [{"operation": "RESTORE", "version": old.version, "tables": names}]
+    return result
+
+
+def _record_read(tx: Transaction, table: TableState) -> None:
+    """Record a read of every row of ``table``: a concurrent change to it then conflicts."""
+    tx._plan_read(table.meta.id, [], None)
+
+
+def _same_meta(a: TableMeta, b: TableMeta) -> bool:
+    """Equal metadata, including field metadata (physical column names)."""
+    return (
+        a.name == b.name
+        and a.schema.equals(b.schema, check_metadata=True)
+        and a.partition_columns == b.partition_columns
+        and a.properties == b.properties
+        and a.created_time == b.created_time
+    )
+
+
+def _check_files_exist(
+    db: Database, version: int, to_add: list[tuple[TableMeta, list[AddFile]]]
+) -> None:
+    """Raise DataFileMissing if any file to add back no longer exists."""
+    jobs = [(meta, add) for meta, adds in to_add for add in adds]
+    if not jobs:
+        return
+
+    def missing(job: tuple[TableMeta, AddFile]) -> tuple[TableMeta, AddFile] | None:
+        meta, add = job
+        try:
+            db.store.head(meta.prefix + add.path)
+        except ObjectNotFound:
+            return job
+        return None
+
+    with progress("checking data files", len(jobs)) as advance:
+        with ThreadPoolExecutor(max_workers=min(CHECK_THREADS, len(jobs))) as pool:
+            for found in pool.map(missing, jobs):
+                advance(1)
+                if found is not None:
+                    meta, add = found
+                    raise DataFileMissing(
+                        f"cannot restore version {version}: data file {meta.prefix}{add.path} "
+                        f"of table {meta.name!r} no longer exists (deleted by vacuum)",
+                        help="restore a version within the vacuum retention",
+                    )

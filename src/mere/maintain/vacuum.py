@@ -1,0 +1,180 @@
+"""Vacuum: deleting data files nothing needs any more.
+
+A data file under ``tables/`` is deleted only when BOTH hold:
+
+* no retained version references it (see :mod:`mere.maintain.common`: the
+  version current at the cutoff and every later one, the latest included), and
+* its object was last modified before the cutoff (``now - retention``).
+
+The second rule protects transactions that have not committed yet: their data
+files exist before any commit references them, and are younger than the
+retention as long as no transaction runs longer than that. This is why a
+retention below the minimum is refused unless forced (the race delta-rs fixed
+in PR #3835). The first rule is computed from the log itself, never from a
+cached or hinted state, so a file a retained version reads is never deleted
+(delta-rs #3392).
+
+Files are referenced again only by commits, so the set of referenced files is
+the live files of the oldest retained version plus every file added by a later
+commit. Commits that land while vacuum runs are read before each batch of
+deletions, and files they add are spared; that also covers a concurrent
+restore re-adding an old file.
+
+Vacuum never touches ``_log/`` (see :mod:`mere.maintain.expire`) and nothing
+outside the database root: it only lists and deletes keys of its own store.
+On a local store it also sweeps ``.mere-tmp-*`` leftovers of killed writers
+older than the retention.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from mere.log.actions import Action, AddFile
+from mere.maintain.common import (
+    check_retention,
+    now_seconds,
+    oldest_retained_version,
+    readable_range,
+)
+from mere.maintain.progress import progress
+from mere.snapshot.state import TableState
+from mere.storage.local import TEMP_PREFIX, LocalStore
+
+if TYPE_CHECKING:
+    from mere.database import Database
+
+#: Default retention: a week, as Delta Lake's ``deletedFileRetentionDuration``.
+DEFAULT_RETENTION = timedelta(days=7)
+#: Deletions between two looks at the log for new commits.
+DELETE_BATCH = 100
+DATA_PREFIX = "tables/"
+
+
+@dataclass
+class VacuumResult:
+    """What vacuum deleted (or, with ``dry_run``, would delete)."""
+
+    dry_run: bool
+    retention_seconds: float
+    latest_version: int
+    #: The oldest version whose files were all kept.
+    oldest_retained_version: int
+    files_deleted: int
+    bytes_deleted: int
+    #: Unreferenced files kept because they are younger than the retention.
+    files_kept_young: int
+    temp_files_deleted: int
+    keys: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form (for ``--json``)."""
+        return asdict(self)
+
+
+def vacuum(
+    db: Database,
+    retention: timedelta = DEFAULT_RETENTION,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    min_retention: timedelta | None = None,
+    now: float | None = None,
+) -> VacuumResult:
+    """Delete the data files no retained version references, once older than ``retention``.
+
+    Args:
+        retention: how long unreferenced files and old versions are kept.
+        dry_run: only report what would be deleted.
+        force: allow a retention below the minimum (risky with concurrent writers).
+        min_retention: the minimum (default: the database property
+            ``vacuumMinRetention``, else 1 hour).
+        now: the current time in seconds since the epoch (an injected clock).
+
+    Raises:
+        RetentionTooShort: below the minimum without ``force``.
+    """
+    check_retention(db, retention, force=force, min_retention=min_retention, verb="vacuum")
+    cutoff = now_seconds(now) - retention.total_seconds()
+    oldest, latest = readable_range(db)
+    keep_from = oldest_retained_version(db.log, oldest, latest, int(cutoff * 1000))
+    referenced = _keys(db._state_at(keep_from).tables.values())
+    if latest > keep_from:
+        for commit in db.log.read_commits(keep_from + 1, latest):
+            referenced.update(_added(commit.actions))
+
+    candidates: list[tuple[str, int]] = []
+    young = 0
+    for meta in db.store.list(DATA_PREFIX):
+        if meta.key in referenced:
+            continue
+        if meta.modified < cutoff:
+            candidates.append((meta.key, meta.size))
+        else:
+            young += 1
+
+    deleted: list[tuple[str, int]] = []
+    seen = latest
+    with progress("vacuuming data files", 0 if dry_run else len(candidates)) as advance:
+        for start in range(0, len(candidates), DELETE_BATCH):
+            # Commits that landed meanwhile may reference a candidate (a restore): spare it.
+            newest = db.log.latest_version()
+            if newest is not None and newest > seen:
+                for commit in db.log.read_commits(seen + 1, newest):
+                    referenced.update(_added(commit.actions))
+                seen = newest
+            batch = candidates[start : start + DELETE_BATCH]
+            for key, size in batch:
+                if key in referenced:
+                    continue
+                if not dry_run:
+                    db.store.delete(key)
+                deleted.append((key, size))
+            advance(len(batch))
+
+    temp_files = _sweep_temp_files(db, cutoff, dry_run)
+    return VacuumResult(
+        dry_run=dry_run,
+        retention_seconds=retention.total_seconds(),
+        latest_version=latest,
+        oldest_retained_version=keep_from,
+        files_deleted=len(deleted),
+        bytes_deleted=sum(size for _, size in deleted),
+        files_kept_young=young,
+        temp_files_deleted=temp_files,
+        keys=[key for key, _ in deleted],
+    )
+
+
+def _keys(tables: Iterable[TableState]) -> set[str]:
+    """The keys of the live files of ``tables``."""
+    return {table.meta.prefix + path for table in tables for path in table.files}
+
+
+def _added(actions: Iterable[Action]) -> set[str]:
+    """The keys of the files ``actions`` add."""
+    return {f"tables/{a.table_id}/{a.path}" for a in actions if isinstance(a, AddFile)}
+
+
+def _sweep_temp_files(db: Database, cutoff: float, dry_run: bool) -> int:
+    """Remove (or count) the local store's temporary-file leftovers older than the cutoff."""
+    store = db.store
+    if not isinstance(store, LocalStore):
+        return 0
+    if not dry_run:
+        return store.remove_temp_files(older_than=max(0.0, time.time() - cutoff))
+    count = 0
+    for dirpath, _dirs, names in os.walk(store.root):
+        for name in names:
+            if name.startswith(TEMP_PREFIX):
+                try:
+                    if os.lstat(os.path.join(dirpath, name)).st_mtime <= cutoff:
+                        count += 1
+                except FileNotFoundError:
+                    continue
+    return count
