@@ -559,4 +559,3 @@ _register_maintenance(cli)
 
 if __name__ == "__main__":
     main()
-import mere.cli.verify  # noqa: E402 -- registers `mere verify`
