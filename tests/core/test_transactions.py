@@ -265,3 +265,22 @@ def test_stale_or_garbage_hint_is_not_trusted() -> None:
     assert mere.connect(store).version == 2
     store.put("_log/_latest", b'{"version": 999}')
     assert mere.connect(store).version == 2
+
+
+def test_old_transaction_moves_to_the_latest_version_before_committing(
+    two_tables: mere.Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long transaction must not try a version whose commit may have been expired."""
+    from mere.log.keys import commit_key
+    from mere.txn import transaction as txn_module
+
+    db = two_tables
+    old = db.transaction()
+    old.table("a").append(kv((1, 1)))
+    first = db.table("b").append(kv((2, 2)))
+    db.table("b").append(kv((3, 3)))
+    db.store.delete(commit_key(first))  # as if expired (a checkpoint would cover it)
+    monkeypatch.setattr(txn_module, "STALE_SNAPSHOT_SECONDS", -1.0)
+    with pytest.raises(mere.VersionNotFound):
+        old.commit()  # it cannot validate the expired commit: it must not re-create it
+    assert not db.store.exists(commit_key(first))

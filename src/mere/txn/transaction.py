@@ -64,6 +64,8 @@ Isolation = Literal["snapshot", "write_serializable", "serializable"]
 SchemaMode = Literal["strict", "merge"]
 DEFAULT_ISOLATION: Isolation = "write_serializable"
 DEFAULT_MAX_COMMIT_ATTEMPTS = 100
+#: A transaction older than this moves to the latest version before its first commit try.
+STALE_SNAPSHOT_SECONDS = 60.0
 _BACKOFF_BASE = 0.002
 _BACKOFF_CAP = 0.25
 
@@ -108,6 +110,7 @@ class Transaction:
         self._operations: list[dict[str, Any]] = []
         self._status: Literal["open", "committed", "aborted"] = "open"
         self._rewrites = False  # set by any operation other than a plain append
+        self._began = time.monotonic()
         self.commit_version: int | None = None
 
     # --- introspection ---------------------------------------------------------
@@ -533,6 +536,13 @@ class Transaction:
         """
         commit_id = uuid.uuid4().hex
         base = self._state
+        if time.monotonic() - self._began > STALE_SNAPSHOT_SECONDS:
+            # The commits after an old snapshot may have been expired: trying the next
+            # version could re-create an expired slot behind a checkpoint, so move to the
+            # latest version (never expired) first, validating what lies in between.
+            latest = self._db.log.latest_version()
+            if latest is not None and latest > base.version:
+                base = self._rebase(base, latest)
         for attempt in range(1, self.max_commit_attempts + 1):
             version = base.version + 1
             info = self._commit_info(commit_id, base, actions)

@@ -1,0 +1,288 @@
+/*
+ * A model of mere's commit protocol (docs/format.md §8 and §9), for the Spin
+ * model checker. It sits next to the code it models: transaction.py (the
+ * commit loop, rebase and conflict check) and ../log/log.py (put_commit:
+ * put-if-absent and the resolution of ambiguous outcomes).
+ *
+ *   spin -a commit_protocol.pml && gcc -O2 -o pan pan.c && ./pan -a -N terminates
+ *
+ * What is modelled
+ * ----------------
+ * NW writers each run one transaction over NK abstract keys. A writer pins
+ * a snapshot version (the latest it can find: any interleaving makes it as
+ * stale as a slow client's), reads a nondeterministic set of keys at that
+ * snapshot, chooses a nondeterministic non-empty set of keys to write, and
+ * races for version base+1 with an atomic create (put-if-absent) of log[v].
+ * The log is bounded to MAXV versions; a writer that runs out of versions
+ * gives up (aborts), as RetriesExhausted does.
+ *
+ * The put may also go wrong, as object stores do (at most AMBIG times per
+ * writer): it can land and report "already exists" (a client library's retry
+ * of a create that landed), land and report an error (a dropped connection),
+ * or fail without landing. Any response but success is resolved by reading
+ * log[v] back and comparing commit ids; an absent object means "send the
+ * same bytes again" (at most SENDS times); a failed read-back means the
+ * outcome is unknown (CommitOutcomeUnknown), after which the put may still
+ * land later (a request in flight).
+ *
+ * A writer that lost reads every commit after its base up to the latest and
+ * checks each against its footprint: under serializable (the default) a
+ * winner that wrote a key this transaction read or wrote is a conflict;
+ * compiled with -DSNAPSHOT, only a key both wrote (two removals of the same
+ * file). No conflict: rebase onto the latest version and race again.
+ *
+ * Mutants (for the tests, to show the checks have teeth):
+ *   -DSNAPSHOT     the snapshot rule: serializability must FAIL;
+ *   -DGUESS        "already exists" is taken as a loss without reading back:
+ *                  a transaction told it failed is in the log;
+ *   -DNO_READBACK  any non-success is taken as a loss (same failure).
+ *
+ * Properties (assertions in the final check, plus the LTL formula
+ * `terminates`):
+ *   1. the log has no gap, and no version holds two commits (each log slot is
+ *      created once, atomically, and never overwritten);
+ *   2. no lost commit: a writer that believes it committed at v finds its
+ *      commit id at log[v], exactly once in the log;
+ *   3. a writer told it definitely failed has no commit in the log;
+ *      a writer with an unknown outcome has at most one;
+ *   4. serializability in log order (serializable rule): every commit's reads
+ *      equal the state at its version - 1, i.e. replaying the log in order
+ *      gives every committed transaction the reads it had;
+ *   5. every writer terminates (bounded retries).
+ */
+
+#ifndef NW
+#define NW 3
+#endif
+#ifndef NK
+#define NK 2
+#endif
+#ifndef MAXV
+#define MAXV 4
+#endif
+#ifndef AMBIG
+#define AMBIG 1
+#endif
+#ifndef SENDS
+#define SENDS 2
+#endif
+
+#define RUNNING   0
+#define COMMITTED 1
+#define ABORTED   2
+#define UNKNOWN   3
+
+#define OK     0
+#define EXISTS 1
+#define ERROR  2
+
+/* log[v]: cid 0 means "not created"; version 0 is the initial state. */
+byte logcid[MAXV + 1];
+byte logw[MAXV + 1];     /* keys written by the commit at v (bit mask) */
+
+byte status[NW];
+byte cver[NW];           /* the version a writer believes it committed */
+byte rmask[NW];
+byte wmask[NW];
+byte seen[NW * NK];      /* commit id of the last writer of each key read (0: initial) */
+byte finished = 0;
+
+ltl terminates { <> (finished == NW) }
+
+/* The commit id of the last commit at or below `upto` that wrote key k (0: none). */
+inline last_writer(k, upto, out, u) {
+  out = 0;
+  u = 1;
+  do
+  :: u <= upto -> if :: (logw[u] & (1 << k)) -> out = logcid[u] :: else fi; u++
+  :: else -> break
+  od
+}
+
+/* Version discovery: probe forward from 0 while the next version exists. */
+inline latest(out) {
+  out = 0;
+  do
+  :: out < MAXV && logcid[out + 1] != 0 -> out++
+  :: else -> break
+  od
+}
+
+proctype Writer(byte me) {
+  byte cid = me + 1;
+  byte base, v, top, u, k, val, sends, ambiguous, resp;
+  bool won, conflict;
+
+  /* begin: pin the latest version found, choose the footprint, read the snapshot.
+   * One atomic step: the snapshot is immutable, so when it is read does not matter,
+   * and a probe of the growing log returns the latest version of some instant. */
+  atomic {
+    latest(base);
+    /* footprint: any keys read (maybe none), at least one key written */
+    if
+    :: rmask[me] = 0
+    :: rmask[me] = 1
+    :: rmask[me] = 2
+    :: rmask[me] = 3
+    fi;
+    if
+    :: wmask[me] = 1
+    :: wmask[me] = 2
+    :: wmask[me] = 3
+    fi;
+    k = 0;
+    do
+    :: k < NK ->
+       if
+       :: (rmask[me] & (1 << k)) -> last_writer(k, base, val, u); seen[me * NK + k] = val
+       :: else
+       fi;
+       k++
+    :: else -> break
+    od;
+    k = 0; val = 0; u = 0
+  }
+
+  do
+  :: base >= MAXV -> status[me] = ABORTED; break      /* out of versions: gives up */
+  :: else ->
+     v = base + 1;
+     sends = 0;
+put:
+     /* the create-only put, with the outcomes a real store can produce */
+     atomic {
+       if
+       :: logcid[v] == 0 ->
+          if
+          :: logcid[v] = cid; logw[v] = wmask[me]; resp = OK
+          :: ambiguous < AMBIG -> ambiguous++; logcid[v] = cid; logw[v] = wmask[me]; resp = EXISTS
+          :: ambiguous < AMBIG -> ambiguous++; logcid[v] = cid; logw[v] = wmask[me]; resp = ERROR
+          :: ambiguous < AMBIG -> ambiguous++; resp = ERROR   /* did not land */
+          fi
+       :: else ->
+          if
+          :: resp = EXISTS
+          :: ambiguous < AMBIG -> ambiguous++; resp = ERROR
+          fi
+       fi
+     }
+     if
+     :: resp == OK -> won = true
+     :: else ->
+#if defined(GUESS)
+        if
+        :: resp == EXISTS -> won = false; goto decided
+        :: else
+        fi;
+#endif
+#if defined(NO_READBACK)
+        won = false; goto decided;
+#endif
+        if
+        :: ambiguous < AMBIG -> ambiguous++;            /* the read-back fails too */
+           status[me] = UNKNOWN;
+           atomic { if :: logcid[v] == 0 -> logcid[v] = cid; logw[v] = wmask[me] :: skip fi }
+           break
+        :: atomic {
+             logcid[v] != 0 -> won = (logcid[v] == cid)  /* compare commit ids */
+           }
+        :: atomic { logcid[v] == 0 -> sends++ };         /* absent: send the same bytes */
+           if
+           :: sends < SENDS -> goto put
+           :: else ->
+              status[me] = UNKNOWN;
+              atomic { if :: logcid[v] == 0 -> logcid[v] = cid; logw[v] = wmask[me] :: skip fi }
+              break
+           fi
+        fi
+     fi;
+decided:
+     if
+     :: won -> status[me] = COMMITTED; cver[me] = v; break
+     :: else ->
+        /* rebase: check every commit after base, up to the latest (immutable: one step) */
+        d_step {
+          latest(top);
+          conflict = false;
+          u = base + 1;
+          do
+          :: u <= top && !conflict ->
+#if defined(SNAPSHOT)
+             if :: (logw[u] & wmask[me]) -> conflict = true :: else fi;
+#else
+             if :: (logw[u] & (wmask[me] | rmask[me])) -> conflict = true :: else fi;
+#endif
+             u++
+          :: else -> break
+          od;
+          u = 0;
+          base = top;
+          top = 0
+        }
+        if
+        :: conflict -> status[me] = ABORTED; break
+        :: else -> conflict = false; won = false; resp = OK
+        fi
+     fi
+  od;
+  finished++
+}
+
+init {
+  byte i, v, n, k, val, u, w;
+  atomic {
+    i = 0;
+    do
+    :: i < NW -> run Writer(i); i++
+    :: else -> break
+    od
+  }
+  (finished == NW);
+
+  /* 1. no gap: versions are created in order */
+  v = 2;
+  do
+  :: v <= MAXV -> assert(logcid[v] == 0 || logcid[v - 1] != 0); v++
+  :: else -> break
+  od;
+
+  i = 0;
+  do
+  :: i < NW ->
+     n = 0;
+     v = 1;
+     do
+     :: v <= MAXV -> if :: logcid[v] == i + 1 -> n++ :: else fi; v++
+     :: else -> break
+     od;
+     /* 2. no lost commit, no commit twice */
+     assert(status[i] != COMMITTED || (n == 1 && logcid[cver[i]] == i + 1));
+     /* 3. a definite failure never landed; an unknown outcome landed at most once */
+     assert(status[i] != ABORTED || n == 0);
+     assert(status[i] != UNKNOWN || n <= 1);
+     assert(status[i] != RUNNING);
+     i++
+  :: else -> break
+  od;
+
+  /* 4. serializable in log order: each commit read the state of the version below it */
+  v = 1;
+  do
+  :: v <= MAXV && logcid[v] != 0 ->
+     w = logcid[v] - 1;
+     k = 0;
+     do
+     :: k < NK ->
+        if
+        :: (rmask[w] & (1 << k)) ->
+           last_writer(k, v - 1, val, u);
+           assert(val == seen[w * NK + k])
+        :: else
+        fi;
+        k++
+     :: else -> break
+     od;
+     v++
+  :: else -> break
+  od
+}
