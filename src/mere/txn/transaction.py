@@ -549,10 +549,12 @@ class Transaction:
             data = encode_commit(info, actions)
             if self._db.log.put_commit(version, data, commit_id) is PutOutcome.WON:
                 return version, base, info
+            if attempt > 1:
+                # Back off before looking for the latest version, so the next try
+                # starts from what is newest after the pause, not before it.
+                time.sleep(random.uniform(0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2**attempt)))
             latest = self._db.log.latest_version()
             base = self._rebase(base, max(version, latest or version))
-            if attempt > 1:
-                time.sleep(random.uniform(0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2**attempt)))
         raise RetriesExhausted(
             f"gave up after {self.max_commit_attempts} attempts to commit",
             winning_version=base.version,
