@@ -70,6 +70,7 @@ def machine_info() -> dict[str, Any]:
         info["mere"] = mere.__version__
     except ImportError:  # pragma: no cover - the scripts import mere anyway
         pass
+    info.update(_git_info())
     try:
         # Other work on the machine skews every figure: record how busy it was.
         info["loadavg_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
@@ -82,6 +83,23 @@ def machine_info() -> dict[str, Any]:
     except (OSError, ValueError, IndexError):
         pass
     return info
+
+
+def _git_info() -> dict[str, Any]:
+    """The commit measured, and whether src/ had uncommitted changes (read-only git calls)."""
+    import subprocess
+
+    root = BENCH_DIR.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return {}
+    return {"git_head": head, "src_uncommitted_changes": bool(dirty)} if head else {}
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

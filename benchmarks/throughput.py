@@ -68,18 +68,27 @@ def generate(rows: int, seed: int = 42) -> pa.Table:
     )
 
 
-def timed(fn: Callable[[], Any], reps: int, label: str) -> tuple[list[float], Any]:
-    """Run ``fn`` ``reps`` times; the times and the last result (kept for checks)."""
-    times = []
+def timed(
+    fn: Callable[[], Any], reps: int, label: str
+) -> tuple[tuple[list[float], list[float]], Any]:
+    """Run ``fn`` ``reps`` times; (wall times, CPU times) and the last result.
+
+    The CPU time is the process's (all threads): it is less sensitive than the
+    wall time to other work on a shared machine.
+    """
+    times: list[float] = []
+    cpu: list[float] = []
     result = None
     for i in range(reps):
         result = None
         gc.collect()
+        c0 = time.process_time()
         t0 = time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - t0)
-        print(f"  {label} [{i + 1}/{reps}]: {times[-1]:.3f} s", flush=True)
-    return times, result
+        cpu.append(time.process_time() - c0)
+        print(f"  {label} [{i + 1}/{reps}]: {times[-1]:.3f} s (cpu {cpu[-1]:.3f} s)", flush=True)
+    return (times, cpu), result
 
 
 def fsync_file(path: Path) -> None:
@@ -120,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
 
     results: dict[str, dict[str, Any]] = {}
 
-    def record(group: str, name: str, times: list[float], rows: int, **extra: Any) -> None:
+    def record(
+        group: str, name: str, timing: tuple[list[float], list[float]], rows: int, **extra: Any
+    ) -> None:
+        times, cpu = timing
         med = c.median(times)
         results[f"{group}: {name}"] = {
             "group": group,
@@ -129,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             "median_s": med,
             "rows": rows,
             "rows_per_s": args.rows / med,
+            "cpu_seconds": cpu,
+            "cpu_median_s": c.median(cpu),
             **extra,
         }
 
@@ -281,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Throughput, {args.rows:,} rows, median of {reps} "
         f"(ratio = time / pyarrow zstd time of the same group; >1 is slower)"
     )
-    headers = ["group", "what", "median s", "Mrows/s", "rows out", "ratio", "notes"]
+    headers = ["group", "what", "median s", "cpu s", "Mrows/s", "rows out", "ratio", "notes"]
     rows = []
     for r in results.values():
         notes = []
@@ -298,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
                 r["group"],
                 r["name"],
                 r["median_s"],
+                r["cpu_median_s"],
                 r["rows_per_s"] / 1e6,
                 r["rows"],
                 r["ratio_time_vs_pyarrow"],
