@@ -9,8 +9,11 @@ the current table schema.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from mere.data.values import from_text
@@ -22,18 +25,51 @@ READ_BATCH_ROWS = 128 * 1024
 
 
 def read_file(
-    store: ObjectStore, table: TableMeta, add: AddFile, columns: Sequence[str]
+    store: ObjectStore,
+    table: TableMeta,
+    add: AddFile,
+    columns: Sequence[str],
+    row_filter: RowFilter | None = None,
 ) -> pa.Table:
-    """Read ``columns`` (table column names, in that order) of one data file."""
+    """Read ``columns`` (table column names, in that order) of one data file.
+
+    With ``row_filter``, row groups whose statistics rule the filter out are
+    skipped and only matching rows may be returned (the caller still filters:
+    the pushdown is used only where the file's columns are exactly the
+    table's, and otherwise every row is returned).
+    """
     schema = pa.schema([table.schema.field(c) for c in columns])
     source = store.open_input(table.prefix + add.path)
     try:
         pf = pq.ParquetFile(source)
         stored = _stored_columns(table, schema, pf)
+        if row_filter is not None and stored and row_filter.applies_to(table, pf.schema_arrow):
+            fragment = ds.ParquetFileFormat().make_fragment(source)
+            data = fragment.to_table(columns=stored, filter=row_filter.expression)
+            return _assemble(table, add, schema, data, data.num_rows)
         data = pf.read(columns=stored, use_threads=True) if stored else None
     finally:
         source.close()
     return _assemble(table, add, schema, data, add.rows)
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """A row filter a Parquet reader may apply itself, to skip row groups."""
+
+    expression: pc.Expression
+    columns: frozenset[str]  # the table columns it references
+
+    def applies_to(self, table: TableMeta, file_schema: pa.Schema) -> bool:
+        """Only data columns stored under their own name with the table's type qualify."""
+        for name in self.columns:
+            if name in table.partition_columns:
+                return False
+            f = table.schema.field(name)
+            i = file_schema.get_field_index(name)
+            if physical_name(f) != name or i < 0 or file_schema.field(i).type != f.type:
+                return False
+        return True
 
 
 def iter_file(

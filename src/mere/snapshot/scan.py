@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from mere import expr as sqlexpr
-from mere.data.reader import iter_file, read_file
+from mere.data.reader import RowFilter, iter_file, read_file
 from mere.data.values import from_text, stat_from_json
 from mere.errors import InvalidExpression, SchemaMismatch
 from mere.log.actions import AddFile, TableMeta
@@ -42,6 +42,13 @@ class ScanPlan:
 
     def select(self, files: Iterable[AddFile]) -> list[AddFile]:
         return [f for f in files if self.matches(f)]
+
+    def row_filter(self) -> RowFilter | None:
+        """The filter for the Parquet reader to skip row groups with (None without a filter)."""
+        if self.predicate is None:
+            return None
+        columns = frozenset(sqlexpr.referenced_columns(self.predicate))
+        return RowFilter(sqlexpr.to_arrow(self.predicate), columns)
 
 
 def plan_scan(table: TableMeta, columns: Sequence[str] | None, filter: str | None) -> ScanPlan:
@@ -116,8 +123,10 @@ def output_schema(plan: ScanPlan) -> pa.Schema:
 def scan_files(store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile]) -> pa.Table:
     """Read and filter ``files`` (already selected by the plan) into one table."""
 
+    row_filter = plan.row_filter()
+
     def one(add: AddFile) -> pa.Table:
-        return _finish(plan, read_file(store, plan.table, add, plan.read_columns))
+        return _finish(plan, read_file(store, plan.table, add, plan.read_columns, row_filter))
 
     if not files:
         return output_schema(plan).empty_table()
