@@ -115,9 +115,9 @@ class Log:
         return decode_commit(key, version, data)
 
     def read_commits(self, first: int, last: int) -> list[Commit]:
-        """Commits ``first..last`` inclusive, in order (fetched concurrently when many)."""
+        """Commits ``first..last`` inclusive, in order (concurrently from network stores)."""
         versions = range(first, last + 1)
-        if len(versions) <= 4:
+        if len(versions) <= 4 or not self.store.concurrent_reads:
             return [self.read_commit(v) for v in versions]
         with ThreadPoolExecutor(max_workers=8) as pool:
             return list(pool.map(self.read_commit, versions))

@@ -51,6 +51,5 @@ def load_state(log: Log, version: int, cached: DatabaseState | None = None) -> D
 def replay(log: Log, state: DatabaseState, version: int) -> DatabaseState:
     """Apply commits ``state.version + 1 .. version`` to ``state``."""
     if version > state.version:
-        for commit in log.read_commits(state.version + 1, version):
-            state = state.apply(commit)
+        state = state.apply_many(log.read_commits(state.version + 1, version))
     return state

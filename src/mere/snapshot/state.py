@@ -7,7 +7,7 @@ current costs work proportional to the new commits, not to the database.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -75,9 +75,26 @@ class DatabaseState:
             raise CorruptLog(
                 commit_key(commit.version), f"applied on top of version {self.version}"
             )
-        return _apply(
-            self, commit.version, commit.info.timestamp, commit.actions, commit_key(commit.version)
-        )
+        return self.apply_many([commit])
+
+    def apply_many(self, commits: Sequence[Commit]) -> DatabaseState:
+        """The state after consecutive commits, applied in one pass.
+
+        Replaying commit by commit would copy a table's file map once per
+        commit (quadratic in the log's length); one pass copies it once.
+        """
+        if not commits:
+            return self
+        expected = self.version + 1
+        for commit in commits:
+            if commit.version != expected:
+                raise CorruptLog(
+                    commit_key(commit.version), f"applied on top of version {expected - 1}"
+                )
+            expected += 1
+        entries = ((commit_key(c.version), a) for c in commits for a in c.actions)
+        last = commits[-1]
+        return _apply(self, last.version, last.info.timestamp, entries)
 
     def live_actions(self) -> Iterator[Action]:
         """The actions that recreate this state (what a checkpoint stores)."""
@@ -96,13 +113,8 @@ class DatabaseState:
         if len(protocols) != 1:
             raise CorruptLog(checkpoint_key(checkpoint.version), "needs exactly one protocol row")
         start = DatabaseState(-1, 0, protocols[0], None, {}, {}, {})
-        return _apply(
-            start,
-            checkpoint.version,
-            checkpoint.timestamp,
-            actions,
-            checkpoint_key(checkpoint.version),
-        )
+        key = checkpoint_key(checkpoint.version)
+        return _apply(start, checkpoint.version, checkpoint.timestamp, ((key, a) for a in actions))
 
     @staticmethod
     def initial(commit: Commit) -> DatabaseState:
@@ -118,27 +130,27 @@ def _apply(
     state: DatabaseState,
     version: int,
     timestamp: int,
-    actions: tuple[Action, ...] | list[Action],
-    key: str,
+    entries: Iterable[tuple[str, Action]],
 ) -> DatabaseState:
+    """Apply ``(file key, action)`` pairs in order; the key names the file in errors."""
     protocol, database = state.protocol, state.database
     tables = dict(state.tables)
     names = dict(state.names)
     app_txns: dict[str, AppTxn] | None = None
     files: dict[str, dict[str, AddFile]] = {}
 
-    def table_files(table_id: str) -> dict[str, AddFile]:
+    def table_files(table_id: str, key: str) -> dict[str, AddFile]:
         if table_id not in tables:
             raise CorruptLog(key, f"action on unknown table id {table_id}")
         if table_id not in files:
             files[table_id] = dict(tables[table_id].files)
         return files[table_id]
 
-    for a in actions:
+    for key, a in entries:
         if isinstance(a, AddFile):
-            table_files(a.table_id)[a.path] = a
+            table_files(a.table_id, key)[a.path] = a
         elif isinstance(a, RemoveFile):
-            table_files(a.table_id).pop(a.path, None)
+            table_files(a.table_id, key).pop(a.path, None)
         elif isinstance(a, TableMeta):
             owner = names.get(name_key(a.name))
             if owner is not None and owner != a.id:

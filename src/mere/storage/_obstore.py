@@ -192,6 +192,8 @@ class ObstoreStore(ObjectStore):
         InvalidKey: ``prefix`` is not a valid key.
     """
 
+    concurrent_reads = True
+
     def __init__(
         self,
         inner: ObstoreBackend,

@@ -71,6 +71,9 @@ class ObjectStore(abc.ABC):
 
     #: The URI this store was opened from (never contains credentials).
     uri: str
+    #: Whether fetching many objects at once is faster than one by one (network
+    #: stores); local and memory stores are faster read sequentially.
+    concurrent_reads: bool = False
 
     @abc.abstractmethod
     def put_if_absent(self, key: str, data: bytes | memoryview | pa.Buffer) -> None:

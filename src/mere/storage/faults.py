@@ -169,6 +169,7 @@ class FaultyStore(ObjectStore):
     ) -> None:
         self.inner = inner
         self.uri = inner.uri
+        self.concurrent_reads = inner.concurrent_reads
         self.fired: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
         self._faults: builtins.list[Fault] = []

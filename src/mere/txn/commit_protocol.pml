@@ -66,6 +66,11 @@
 #ifndef SENDS
 #define SENDS 2
 #endif
+/* SMALL 1: footprints of one key read and one key written (no transaction reads or
+ * writes both keys), which keeps three writers tractable. */
+#ifndef SMALL
+#define SMALL 0
+#endif
 
 #define RUNNING   0
 #define COMMITTED 1
@@ -108,10 +113,35 @@ inline latest(out) {
   od
 }
 
+/* After a lost race: check every commit after `base` up to the latest against the
+ * footprint, in one step (committed versions are immutable; the latest is that of
+ * some instant). Sets `conflict`, and moves `base` to the latest on success. */
+inline rebase() {
+  d_step {
+    latest(top);
+    conflict = false;
+    u = base + 1;
+    do
+    :: u <= top && !conflict ->
+#if defined(SNAPSHOT)
+       if :: (logw[u] & wmask[me]) -> conflict = true :: else fi;
+#else
+       if :: (logw[u] & (wmask[me] | rmask[me])) -> conflict = true :: else fi;
+#endif
+       u++
+    :: else -> break
+    od;
+    base = top;
+    top = 0;
+    u = 0
+  }
+}
+
 proctype Writer(byte me) {
   byte cid = me + 1;
-  byte base, v, top, u, k, val, sends, ambiguous, resp;
-  bool won, conflict;
+  byte base, v, top, u, k, val, sends, ambiguous;
+  bool conflict;
+  byte outcome;   /* what the writer concluded for the attempt at v */
 
   /* begin: pin the latest version found, choose the footprint, read the snapshot.
    * One atomic step: the snapshot is immutable, so when it is read does not matter,
@@ -122,13 +152,13 @@ proctype Writer(byte me) {
     if
     :: rmask[me] = 0
     :: rmask[me] = 1
-    :: rmask[me] = 2
-    :: rmask[me] = 3
+    :: NK > 1 -> rmask[me] = 2
+    :: NK > 1 && !SMALL -> rmask[me] = 3
     fi;
     if
     :: wmask[me] = 1
-    :: wmask[me] = 2
-    :: wmask[me] = 3
+    :: NK > 1 -> wmask[me] = 2
+    :: NK > 1 && !SMALL -> wmask[me] = 3
     fi;
     k = 0;
     do
@@ -149,82 +179,66 @@ proctype Writer(byte me) {
      v = base + 1;
      sends = 0;
 put:
-     /* the create-only put, with the outcomes a real store can produce */
+     /* The create-only put, with the outcomes a real store can produce, and the
+      * read-back that resolves any response but success. When the object exists
+      * after the put, the read-back's answer is fixed (log entries are immutable),
+      * so it is taken in the same step; only "absent" leaves room for others. */
      atomic {
        if
        :: logcid[v] == 0 ->
           if
-          :: logcid[v] = cid; logw[v] = wmask[me]; resp = OK
-          :: ambiguous < AMBIG -> ambiguous++; logcid[v] = cid; logw[v] = wmask[me]; resp = EXISTS
-          :: ambiguous < AMBIG -> ambiguous++; logcid[v] = cid; logw[v] = wmask[me]; resp = ERROR
-          :: ambiguous < AMBIG -> ambiguous++; resp = ERROR   /* did not land */
+          :: logcid[v] = cid; logw[v] = wmask[me]; outcome = COMMITTED   /* success */
+          :: ambiguous < AMBIG -> ambiguous++;
+             logcid[v] = cid; logw[v] = wmask[me];  /* landed; "exists" or an error */
+#if defined(GUESS) || defined(NO_READBACK)
+             outcome = ABORTED                      /* guessed: lost */
+#else
+             outcome = COMMITTED                    /* read back: our commit id */
+#endif
+          :: ambiguous < AMBIG -> ambiguous++;      /* error: did not land */
+#if defined(NO_READBACK)
+             outcome = ABORTED
+#else
+             outcome = RUNNING                      /* read back: absent, send again */
+#endif
           fi
        :: else ->
-          if
-          :: resp = EXISTS
-          :: ambiguous < AMBIG -> ambiguous++; resp = ERROR
-          fi
+          outcome = ABORTED                         /* "exists", or an error: read back, lost */
+       fi;
+       if
+       :: outcome != COMMITTED && ambiguous < AMBIG ->
+          ambiguous++; outcome = UNKNOWN            /* the read-back fails as well */
+       :: else
        fi
      }
      if
-     :: resp == OK -> won = true
-     :: else ->
-#if defined(GUESS)
+     :: outcome == COMMITTED -> status[me] = COMMITTED; cver[me] = v; break
+     :: outcome == UNKNOWN -> status[me] = UNKNOWN; break
+     :: outcome == RUNNING ->
+        sends++;
         if
-        :: resp == EXISTS -> won = false; goto decided
-        :: else
-        fi;
-#endif
-#if defined(NO_READBACK)
-        won = false; goto decided;
-#endif
-        if
-        :: ambiguous < AMBIG -> ambiguous++;            /* the read-back fails too */
-           status[me] = UNKNOWN;
-           atomic { if :: logcid[v] == 0 -> logcid[v] = cid; logw[v] = wmask[me] :: skip fi }
-           break
-        :: atomic {
-             logcid[v] != 0 -> won = (logcid[v] == cid)  /* compare commit ids */
-           }
-        :: atomic { logcid[v] == 0 -> sends++ };         /* absent: send the same bytes */
-           if
-           :: sends < SENDS -> goto put
-           :: else ->
-              status[me] = UNKNOWN;
-              atomic { if :: logcid[v] == 0 -> logcid[v] = cid; logw[v] = wmask[me] :: skip fi }
-              break
-           fi
+        :: sends < SENDS -> goto put
+        :: else -> status[me] = UNKNOWN; break
         fi
-     fi;
-decided:
-     if
-     :: won -> status[me] = COMMITTED; cver[me] = v; break
-     :: else ->
-        /* rebase: check every commit after base, up to the latest (immutable: one step) */
-        d_step {
-          latest(top);
-          conflict = false;
-          u = base + 1;
-          do
-          :: u <= top && !conflict ->
-#if defined(SNAPSHOT)
-             if :: (logw[u] & wmask[me]) -> conflict = true :: else fi;
-#else
-             if :: (logw[u] & (wmask[me] | rmask[me])) -> conflict = true :: else fi;
-#endif
-             u++
-          :: else -> break
-          od;
-          u = 0;
-          base = top;
-          top = 0
-        }
+     :: outcome == ABORTED ->
+        rebase();
         if
         :: conflict -> status[me] = ABORTED; break
-        :: else -> conflict = false; won = false; resp = OK
+        :: else -> outcome = RUNNING; sends = 0
         fi
      fi
   od;
+  /* An unknown outcome: the put may still be in flight and land later. */
+  if
+  :: status[me] == UNKNOWN ->
+     atomic {
+       if
+       :: logcid[v] == 0 -> logcid[v] = cid; logw[v] = wmask[me]   /* it lands now */
+       :: true -> skip                                              /* it never lands */
+       fi
+     }
+  :: else -> skip
+  fi;
   finished++
 }
 
@@ -239,6 +253,7 @@ init {
   }
   (finished == NW);
 
+  d_step {  /* the checks: one step, once every writer is done */
   /* 1. no gap: versions are created in order */
   v = 2;
   do
@@ -285,4 +300,5 @@ init {
      v++
   :: else -> break
   od
+  }
 }

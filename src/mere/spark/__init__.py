@@ -1,0 +1,111 @@
+"""mere with PySpark: a ``mere`` data source, native reads, transactional writes, DML.
+
+Reads::
+
+    mere.spark.register(spark)                       # the "mere" data source, once per session
+    spark.read.format("mere").option("database", uri).load("orders")
+    mere.spark.read(spark, uri, "orders", version=3)  # Spark's own Parquet reader (fastest)
+
+Writes::
+
+    df.write.format("mere").option("database", uri).mode("append").save("orders")
+    with mere.connect(uri).transaction() as tx:       # several tables, one atomic commit
+        mere.spark.write(tx, orders_df, "orders")
+        mere.spark.write(tx, lineitem_df, "lineitem")
+
+Streaming: ``writeStream.foreachBatch(mere.spark.foreach_batch(uri, table, app_id))``
+or ``writeStream.format("mere").option("txnAppId", ...)``, exactly once per
+micro-batch. Row changes on tables too large for one machine:
+:func:`delete` and :func:`update` rewrite the affected files on the executors.
+
+Spark workers must be able to import mere (install it where they run) and
+reach the database's store (a local path in local mode, or a store every
+executor can reach).
+"""
+
+from __future__ import annotations
+
+try:
+    import pyspark  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "mere.spark needs PySpark: pip install 'mere[spark]' (and Java 17 for Spark)"
+    ) from exc
+
+import os
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from mere.spark._dml import delete, merge, update
+from mere.spark._native import native_read, spark_condition
+from mere.spark._streaming import foreach_batch
+from mere.spark._write import write
+from mere.spark.datasource import MereDataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: Sessions the data source was registered with (registration costs about a second).
+_registered: set[int] = set()
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``mere`` data source with a session (idempotent)."""
+    key = id(spark._jsparkSession)
+    if key not in _registered:
+        spark.dataSource.register(MereDataSource)
+        _registered.add(key)
+
+
+def read(
+    spark: SparkSession,
+    uri: str | os.PathLike[str],
+    table: str,
+    version: int | None = None,
+    timestamp: datetime | int | None = None,
+    *,
+    filter: str | None = None,
+    method: Literal["native", "datasource"] = "native",
+) -> DataFrame:
+    """A table at a version (latest by default) as a DataFrame.
+
+    ``native`` (the default) resolves the snapshot's files on the driver and
+    reads them with Spark's Parquet reader: column pruning, row-group
+    skipping and file splitting included. ``datasource`` reads through the
+    ``mere`` Python data source (any store the executors can open).
+
+    Args:
+        version, timestamp: time travel (a datetime, or ms since the epoch).
+        filter: a SQL condition in mere's dialect; files it rules out (by
+            partition values and statistics) are not read, and Spark filters
+            the rows (the condition is transpiled to Spark SQL with sqlglot;
+            comparisons, IN, IS NULL, AND/OR/NOT and LIKE mean the same in both).
+    """
+    location = os.fspath(uri)
+    if method == "native":
+        return native_read(
+            spark, location, table, version=version, timestamp=timestamp, filter=filter
+        )
+    if method != "datasource":
+        raise ValueError(f"method must be 'native' or 'datasource', not {method!r}")
+    register(spark)
+    reader = spark.read.format("mere").option("database", location)
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    if timestamp is not None:
+        ms = int(timestamp.timestamp() * 1000) if isinstance(timestamp, datetime) else timestamp
+        reader = reader.option("timestampAsOf", ms)
+    df = reader.load(table)
+    return df if filter is None else df.where(spark_condition(filter))
+
+
+__all__ = [
+    "MereDataSource",
+    "delete",
+    "foreach_batch",
+    "merge",
+    "read",
+    "register",
+    "update",
+    "write",
+]

@@ -1,0 +1,158 @@
+"""The few places where the Spark layer reaches below mere's public API.
+
+Spark executors write data files themselves and the driver publishes them,
+so this layer needs a table's full metadata (id, physical column names,
+CHECK constraints), the files a filter selects inside a transaction (with
+the read recorded for conflict detection), and copy-on-write removal of
+files. The core has no public spelling for these yet; every such access is
+here, in one place, so a change of the core touches one module.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mere.data.reader import READ_BATCH_ROWS, _assemble, _stored_columns, iter_file
+from mere.database import connect
+from mere.errors import MereError
+from mere.log.actions import AddFile, TableMeta
+from mere.schema import normalize_schema
+from mere.snapshot.scan import ScanPlan
+from mere.snapshot.snapshot import Snapshot, TableSnapshot
+from mere.storage import ObjectStore
+from mere.txn.transaction import Transaction
+
+#: Whether ``Transaction.create_table`` accepts ``table_id=`` (a requested core change).
+#: With it, a table created by a Spark write is created in the same commit as its
+#: data; without it, the table is created in a commit of its own before the job.
+CREATE_TABLE_WITH_ID = "table_id" in inspect.signature(Transaction.create_table).parameters
+
+
+def table_meta(table: TableSnapshot) -> TableMeta:
+    """The full metadata of a table at a snapshot."""
+    meta: TableMeta = table._state.meta
+    return meta
+
+
+def tx_table_meta(tx: Transaction, name: str) -> TableMeta:
+    """The full metadata of a table as a transaction sees it (its own changes included)."""
+    return tx._meta(tx.table(name)._id)
+
+
+def tx_uri(tx: Transaction) -> str:
+    """The URI of the database a transaction belongs to."""
+    return tx._db.uri
+
+
+def find_table(snapshot: Snapshot, table_id: str) -> TableSnapshot | None:
+    """The table with id ``table_id`` at a snapshot, whatever its name now."""
+    for name in snapshot.tables():
+        table = snapshot.table(name)
+        if table.id == table_id:
+            return table
+    return None
+
+
+def new_table_meta(
+    name: str, schema: pa.Schema, partition_by: Sequence[str], properties: dict[str, str]
+) -> TableMeta:
+    """Metadata for a table to be created by a later commit (validated like create_table)."""
+    return TableMeta(
+        id=uuid.uuid4().hex,
+        name=name,
+        schema=normalize_schema(schema, list(partition_by)),
+        partition_columns=tuple(partition_by),
+        properties=dict(properties),
+        created_time=int(time.time() * 1000),
+    )
+
+
+def create_table_with_id(tx: Transaction, meta: TableMeta) -> None:
+    """Create the table ``meta`` describes, under its id, in ``tx``."""
+    create: Any = tx.create_table
+    create(
+        meta.name,
+        meta.schema,
+        partition_by=list(meta.partition_columns),
+        properties=dict(meta.properties),
+        table_id=meta.id,
+    )
+
+
+def plan_tx_read(tx: Transaction, name: str, where: str | None) -> tuple[ScanPlan, list[AddFile]]:
+    """The files of a table a condition may match, recorded as a read of ``tx``."""
+    return tx._plan_read(tx.table(name)._id, None, where)
+
+
+def remove_files(tx: Transaction, name: str, adds: Iterable[AddFile]) -> None:
+    """Take live files out of a table in ``tx`` (their rows were rewritten elsewhere)."""
+    table_id = tx.table(name)._id
+    for add in adds:
+        tx._remove_file(table_id, add)
+
+
+def record_operation(tx: Transaction, name: str, operation: str, **parameters: Any) -> None:
+    """Name an operation in the commit's ``operationParameters``."""
+    tx._record_operation(operation, tx.table(name)._id, **parameters)
+
+
+def iter_row_groups(
+    store: ObjectStore,
+    table: TableMeta,
+    add: AddFile,
+    columns: Sequence[str],
+    part: int,
+    parts: int,
+    batch_rows: int = READ_BATCH_ROWS,
+) -> Iterator[pa.Table]:
+    """Read part ``part`` of ``parts`` of one data file: a contiguous run of its row groups.
+
+    Like ``mere.data.reader.iter_file`` (same columns, partition values and
+    nulls for missing columns), for splitting a large file across tasks.
+    """
+    if parts == 1:
+        yield from iter_file(store, table, add, columns, batch_rows)
+        return
+    schema = pa.schema([table.schema.field(c) for c in columns])
+    source = store.open_input(table.prefix + add.path)
+    try:
+        pf = pq.ParquetFile(source)
+        groups = [g for g in range(pf.num_row_groups) if g * parts // pf.num_row_groups == part]
+        if not groups:
+            return
+        stored = _stored_columns(table, schema, pf)
+        if not stored:
+            rows = sum(pf.metadata.row_group(g).num_rows for g in groups)
+            yield _assemble(table, add, schema, None, rows)
+            return
+        for batch in pf.iter_batches(batch_size=batch_rows, row_groups=groups, columns=stored):
+            yield _assemble(table, add, schema, pa.Table.from_batches([batch]), batch.num_rows)
+    finally:
+        source.close()
+
+
+def commit_added(uri: str, table_id: str, paths: set[str], since: int) -> bool | None:
+    """Whether a commit after version ``since`` added one of ``paths`` to the table.
+
+    None when the log cannot be read (the outcome is unknown: delete nothing).
+    """
+    try:
+        db = connect(uri, create=False)
+        latest = db.version
+        if latest <= since:
+            return False
+        for commit in db.log.read_commits(since + 1, latest):
+            for action in commit.actions:
+                if isinstance(action, AddFile) and action.table_id == table_id:
+                    if action.path in paths:
+                        return True
+    except MereError:
+        return None
+    return False

@@ -1,0 +1,260 @@
+"""DELETE and UPDATE with Spark: copy-on-write of the affected files on the executors.
+
+The driver chooses the files a condition may touch from partition values
+and statistics (recording the read in the transaction, for conflict
+detection); executors each read some of those files, evaluate the condition
+with mere's own SQL evaluator (so the result equals the pyarrow-side
+``TxTable.delete``/``update`` exactly), and write the surviving or updated
+rows as new files. A file with no matching row is left alone. The driver
+then removes the rewritten files and adds the new ones in one commit; it
+never holds any rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mere import expr as sqlexpr
+from mere.database import connect
+from mere.errors import InvalidExpression, SchemaMismatch
+from mere.log.actions import AddFile
+from mere.ops.update import assign_values, literal_value
+from mere.schema import conform
+from mere.spark import _core
+from mere.spark._files import (
+    Rewritten,
+    WriteTarget,
+    add_from_json,
+    add_to_json,
+    delete_files,
+    rewrite_file,
+)
+from mere.spark._write import _PathList, check_uri
+from mere.storage import open_store
+from mere.txn.transaction import DEFAULT_ISOLATION, Isolation, Transaction
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+T = TypeVar("T")
+
+
+class DeleteRows:
+    """The change of a DELETE: keep the rows that do not match."""
+
+    def __call__(self, rows: pa.Table, mask: pa.ChunkedArray) -> pa.Table:
+        return rows.filter(pc.invert(mask))
+
+
+@dataclass(frozen=True)
+class UpdateRows:
+    """The change of an UPDATE, with the semantics of ``TxTable.update``.
+
+    Only matching rows are evaluated (a value that would not fit in an
+    excluded row must not fail), values are cast with SQL assignment rules,
+    and setting a partition column moves the row to its new partition (the
+    file writer splits by partition).
+    """
+
+    schema: pa.Schema
+    set: dict[str, Any]
+
+    def assignments(self) -> dict[str, sqlexpr.Expr | pa.Scalar]:
+        """Bind the assignments against the schema (raises on any mistake)."""
+        if not isinstance(self.set, Mapping) or not self.set:
+            raise InvalidExpression("update needs at least one column to set")
+        bound: dict[str, sqlexpr.Expr | pa.Scalar] = {}
+        for column, value in self.set.items():
+            if column not in self.schema.names:
+                raise SchemaMismatch(
+                    f"update sets unknown column {column!r}; the table has {self.schema.names}"
+                )
+            if isinstance(value, str):
+                bound[column] = sqlexpr.bind(sqlexpr.parse(value), self.schema)
+            else:
+                bound[column] = literal_value(column, self.schema.field(column).type, value)
+        return bound
+
+    def __call__(self, rows: pa.Table, mask: pa.ChunkedArray) -> pa.Table:
+        selected = rows.filter(mask)
+        for column, value in self.assignments().items():
+            index = selected.schema.get_field_index(column)
+            field = selected.schema.field(index)
+            if isinstance(value, pa.Scalar):
+                new = pa.chunked_array([pa.repeat(value, selected.num_rows)], field.type)
+            else:
+                new = assign_values(column, field.type, sqlexpr.evaluate(value, selected))
+            selected = selected.set_column(index, field, new)
+        kept = rows.filter(pc.invert(mask))
+        return conform(pa.concat_tables([kept, selected]), self.schema, what="updated rows")
+
+
+def _rewritten_to_json(r: Rewritten) -> str:
+    return json.dumps(
+        {"path": r.path, "matched": r.matched, "adds": [add_to_json(a) for a in r.adds]}
+    )
+
+
+def _rewritten_from_json(text: str) -> Rewritten:
+    obj = json.loads(text)
+    return Rewritten(obj["path"], obj["matched"], [add_from_json(a) for a in obj["adds"]])
+
+
+def rewrite_job(
+    spark: SparkSession,
+    target: WriteTarget,
+    files: list[AddFile],
+    where: str | None,
+    change: Callable[[pa.Table, pa.ChunkedArray], pa.Table],
+) -> list[Rewritten]:
+    """Rewrite ``files`` on the executors; return what happened to each.
+
+    If the job fails, every file its finished tasks wrote is deleted (a
+    failing task deletes its own).
+    """
+    sc = spark.sparkContext
+    written = sc.accumulator([], _PathList())
+
+    def task(texts: Iterable[str]) -> Iterable[str]:
+        store = open_store(target.uri)
+        done: list[Rewritten] = []
+        try:
+            for text in texts:
+                done.append(rewrite_file(target, store, add_from_json(text), where, change))
+        except BaseException:
+            delete_files(store, target.table, [a.path for r in done for a in r.adds])
+            raise
+        written.add([a.path for r in done for a in r.adds])
+        return [_rewritten_to_json(r) for r in done]
+
+    slices = max(1, min(len(files), 4 * sc.defaultParallelism))
+    store = open_store(target.uri)
+    try:
+        results = (
+            sc.parallelize([add_to_json(f) for f in files], slices).mapPartitions(task).collect()
+        )
+    except BaseException:
+        delete_files(store, target.table, written.value)
+        raise
+    rewritten = [_rewritten_from_json(text) for text in results]
+    kept = {a.path for r in rewritten for a in r.adds}
+    delete_files(store, target.table, [p for p in written.value if p not in kept])
+    return rewritten
+
+
+def _rewrite(
+    spark: SparkSession,
+    tx: Transaction,
+    table: str,
+    where: str | None,
+    change: Callable[[pa.Table, pa.ChunkedArray], pa.Table],
+    operation: str,
+) -> int:
+    """Rewrite the files holding rows that match ``where``; return how many matched."""
+    uri = check_uri(_core.tx_uri(tx))
+    meta = _core.tx_table_meta(tx, table)
+    _, files = _core.plan_tx_read(tx, table, where)
+    target = WriteTarget(uri, meta, tx.target_file_size)
+    rewritten = rewrite_job(spark, target, files, where, change) if files else []
+    changed = [r for r in rewritten if r.matched]
+    by_path = {f.path: f for f in files}
+    new = [a for r in changed for a in r.adds]
+    try:
+        _core.remove_files(tx, table, [by_path[r.path] for r in changed])
+        if new:
+            tx.add_files(table, new, operation=operation)
+    except BaseException:
+        delete_files(open_store(uri), meta, [a.path for a in new])
+        raise
+    return sum(r.matched for r in changed)
+
+
+def _in_transaction(
+    uri: str | os.PathLike[str] | Transaction,
+    isolation: Isolation,
+    work: Callable[[Transaction], T],
+) -> T:
+    if isinstance(uri, Transaction):
+        return work(uri)
+    db = connect(uri, create=False)
+    with db.transaction(isolation) as tx:
+        return work(tx)
+
+
+def delete(
+    spark: SparkSession,
+    uri: str | os.PathLike[str] | Transaction,
+    table: str,
+    where: str,
+    *,
+    isolation: Isolation = DEFAULT_ISOLATION,
+) -> int:
+    """Delete the rows of ``table`` for which ``where`` is TRUE, rewriting files with Spark.
+
+    ``uri`` is a database URI (the delete commits on its own) or an open
+    :class:`~mere.Transaction` (the delete becomes part of it). Returns the
+    number of rows deleted. Same semantics as ``TxTable.delete``.
+    """
+    if not isinstance(where, str) or not where.strip():
+        raise InvalidExpression("delete needs a condition; to empty a table use overwrite")
+
+    def work(tx: Transaction) -> int:
+        deleted = _rewrite(spark, tx, table, where, DeleteRows(), "DELETE")
+        _core.record_operation(tx, table, "DELETE", predicate=where, numDeletedRows=deleted)
+        return deleted
+
+    return _in_transaction(uri, isolation, work)
+
+
+def update(
+    spark: SparkSession,
+    uri: str | os.PathLike[str] | Transaction,
+    table: str,
+    where: str | None,
+    set: Mapping[str, Any],
+    *,
+    isolation: Isolation = DEFAULT_ISOLATION,
+) -> int:
+    """Set columns of the rows of ``table`` where ``where`` is TRUE, rewriting files with Spark.
+
+    ``set`` maps columns to SQL expressions over the row (strings; a string
+    constant is written ``"'text'"``) or Python literals, as in
+    ``TxTable.update``. Returns the number of rows updated.
+    """
+
+    def work(tx: Transaction) -> int:
+        change = UpdateRows(_core.tx_table_meta(tx, table).schema, dict(set))
+        change.assignments()  # fail on the driver, before any job
+        updated = _rewrite(spark, tx, table, where, change, "UPDATE")
+        _core.record_operation(
+            tx,
+            table,
+            "UPDATE",
+            predicate=where,
+            set={k: str(v) for k, v in set.items()},
+            numUpdatedRows=updated,
+        )
+        return updated
+
+    return _in_transaction(uri, isolation, work)
+
+
+def merge(*args: Any, **kwargs: Any) -> Any:
+    """Not built yet: raises NotImplementedError.
+
+    A distributed MERGE needs a join of the source with the target's
+    candidate files on the executors; until then, merge with
+    ``TxTable.merge`` on one machine (``db.table(name).merge(source_arrow, on)``),
+    or express the change as :func:`delete` + :func:`mere.spark.write`.
+    """
+    raise NotImplementedError(
+        "mere.spark.merge is not built yet: use db.table(name).merge(...) with the source "
+        "as Arrow (one machine), or mere.spark.delete + mere.spark.write in one transaction"
+    )

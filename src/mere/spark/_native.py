@@ -1,0 +1,148 @@
+"""The native read: the snapshot's live files, read by Spark's own Parquet reader.
+
+The driver resolves which data files make up a table at a version (and,
+with a filter, which of them may hold matching rows); Spark's vectorized
+Parquet reader then reads them with column pruning, predicate pushdown into
+row groups and file splitting, none of which a Python data source gets.
+mere's layout is what Spark expects: Parquet files under hive-style
+``<col>=<value>/`` directories, so partition columns are discovered from the
+paths (with ``basePath`` at the table's directory) and cast to the table's
+types. Columns renamed after files were written are read under their
+physical names and renamed back; columns files lack read as nulls.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
+
+from mere.database import connect
+from mere.errors import InvalidExpression
+from mere.log.actions import AddFile, TableMeta
+from mere.schema import physical_name
+from mere.snapshot.scan import plan_scan
+from mere.spark import _core
+from mere.spark._types import spark_schema, spark_type
+from mere.storage import LocalStore, ObjectStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+#: Store URI schemes and the Hadoop file system scheme Spark reads them with.
+_HADOOP_SCHEMES = {"s3": "s3a", "s3a": "s3a", "gs": "gs", "abfs": "abfs", "abfss": "abfss"}
+
+
+def table_location(store: ObjectStore, table: TableMeta) -> str:
+    """The URI under which Spark finds the table's files.
+
+    Local stores map to ``file://``; ``s3://`` to ``s3a://`` and ``gs://`` and
+    ``abfs[s]://`` stay as they are (Spark needs the matching Hadoop
+    connector and credentials).
+
+    Raises:
+        ValueError: the store is not one Spark's file systems can read.
+    """
+    if isinstance(store, LocalStore):
+        return "file://" + os.path.join(os.path.abspath(store.root), "tables", table.id)
+    scheme, sep, rest = store.uri.partition("://")
+    if sep and scheme in _HADOOP_SCHEMES:
+        return f"{_HADOOP_SCHEMES[scheme]}://{rest.rstrip('/')}/tables/{table.id}"
+    raise ValueError(
+        f"Spark cannot read {store.uri} directly; read it through the data source instead "
+        "(mere.spark.read(..., method='datasource'))"
+    )
+
+
+def _column(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def read_files(
+    spark: SparkSession, store: ObjectStore, table: TableMeta, files: Sequence[AddFile]
+) -> DataFrame:
+    """A DataFrame of the rows of ``files`` (live files of ``table``), in the table's schema."""
+    logical = spark_schema(table.schema)
+    if not files:
+        return spark.createDataFrame([], logical)
+    location = table_location(store, table)
+    partitions = set(table.partition_columns)
+    data_fields = [
+        StructField(physical_name(f), spark_type(f.type), True)
+        for f in table.schema
+        if f.name not in partitions
+    ]
+    part_fields = [
+        StructField(c, spark_type(table.schema.field(c).type), True)
+        for c in table.partition_columns
+    ]
+    reader_schema = StructType(data_fields + part_fields)
+
+    def scan(group: Sequence[AddFile], empty: dict[str, str]) -> DataFrame:
+        paths = [f"{location}/{add.path}" for add in group]
+        df = spark.read.schema(reader_schema).option("basePath", location).parquet(*paths)
+        columns = []
+        for f, spark_field in zip(table.schema, logical.fields, strict=True):
+            if f.name in empty:
+                column = F.lit("").cast(spark_field.dataType)
+            elif f.name in partitions:
+                column = F.col(_column(f.name))
+            else:
+                column = F.col(_column(physical_name(f)))
+            columns.append(column.alias(f.name))
+        return df.select(*columns)
+
+    # Hive-style paths cannot tell an empty string from null (both are
+    # __HIVE_DEFAULT_PARTITION__); the log can, so such files are read apart.
+    plain: list[AddFile] = []
+    special: dict[tuple[str, ...], list[AddFile]] = defaultdict(list)
+    for add in files:
+        blanks = tuple(c for c in table.partition_columns if add.partition_values.get(c) == "")
+        (special[blanks] if blanks else plain).append(add)
+    parts = ([scan(plain, {})] if plain else []) + [
+        scan(group, dict.fromkeys(blanks, "")) for blanks, group in special.items()
+    ]
+    result = parts[0]
+    for part in parts[1:]:
+        result = result.unionByName(part)
+    return result
+
+
+def spark_condition(condition: str) -> str:
+    """A mere SQL condition (DuckDB dialect) as Spark SQL, for ``DataFrame.where``.
+
+    Spark reads ``"name"`` as a string, not a column: the text is transpiled
+    with sqlglot (which mere already parses it with), not passed as is.
+    """
+    import sqlglot
+
+    try:
+        return str(sqlglot.transpile(condition, read="duckdb", write="spark")[0])
+    except sqlglot.errors.ParseError as exc:
+        raise InvalidExpression(f"cannot read the filter {condition!r}: {exc}") from None
+
+
+def native_read(
+    spark: SparkSession,
+    uri: str,
+    table: str,
+    *,
+    version: int | None = None,
+    timestamp: datetime | int | None = None,
+    filter: str | None = None,
+) -> DataFrame:
+    """Read a table at a version with Spark's Parquet reader (see :func:`mere.spark.read`)."""
+    db = connect(uri, create=False)
+    snapshot = db.snapshot(version=version, timestamp=timestamp)
+    meta = _core.table_meta(snapshot.table(table))
+    files = snapshot.table(table).files
+    if filter is not None:
+        files = plan_scan(meta, [], filter).select(files)
+    df = read_files(spark, db.store, meta, files)
+    return df if filter is None else df.where(spark_condition(filter))

@@ -1,0 +1,363 @@
+"""Writing a DataFrame into a mere table: the driver's side of every Spark write.
+
+A write has three steps: :func:`prepare_write` (on the driver, before the
+job: find or plan the table, validate options), the executors' tasks
+(:func:`mere.spark._files.write_batches`), and :func:`commit_write` (on the
+driver: one mere transaction that publishes the files) or
+:func:`abort_write` (delete the files, unless the commit landed).
+:func:`write` does all three inside a caller's transaction, so several
+DataFrames can be written to several tables in one atomic commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
+
+import pyarrow as pa
+from pyspark.accumulators import AccumulatorParam
+from pyspark.sql.types import StructType
+
+from mere.database import connect
+from mere.errors import ConcurrentMetadataChange, ConcurrentTransaction, SchemaMismatch
+from mere.log.actions import ISOLATION_LEVELS, AddFile, TableMeta
+from mere.schema import conform
+from mere.spark import _core
+from mere.spark._files import (
+    WriteTarget,
+    add_from_json,
+    add_to_json,
+    check_condition,
+    delete_files,
+    write_batches,
+)
+from mere.spark._types import table_schema_from_spark
+from mere.storage import open_store
+from mere.txn.transaction import DEFAULT_ISOLATION, Isolation, Transaction
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger("mere.spark")
+
+Mode = Literal["append", "overwrite"]
+_ADD_SCHEMA = pa.schema([pa.field("add", pa.string(), nullable=False)])
+
+
+@dataclass(frozen=True)
+class WriteJob:
+    """A planned write: what executors write and how the driver commits it."""
+
+    target: WriteTarget
+    name: str
+    overwrite: bool
+    #: The table does not exist yet: the commit creates it (with ``target.table.id``).
+    create: bool
+    #: The latest version when the job was planned: a commit of its files comes later.
+    base_version: int
+    isolation: Isolation = DEFAULT_ISOLATION
+    app_id: str | None = None
+    app_version: int | None = None
+
+
+def check_uri(uri: str) -> str:
+    """Refuse stores that Spark executors (other processes) cannot reach."""
+    if uri.startswith("memory://"):
+        raise ValueError(
+            f"Spark executors run in other processes and cannot reach {uri}: "
+            "use a local path (or a store every executor can reach)"
+        )
+    return uri
+
+
+def check_isolation(isolation: str) -> Isolation:
+    if isolation not in ISOLATION_LEVELS:
+        raise ValueError(f"isolation must be one of {ISOLATION_LEVELS}, not {isolation!r}")
+    return isolation  # type: ignore[return-value]
+
+
+def check_app(app_id: str | None, app_version: int | None) -> None:
+    if (app_id is None) != (app_version is None):
+        raise ValueError("an idempotent write needs both an app id and an app version")
+    if app_version is not None and (
+        not isinstance(app_version, int) or isinstance(app_version, bool) or app_version < 0
+    ):
+        raise ValueError(f"an app version is a non-negative int, not {app_version!r}")
+
+
+def already_applied(recorded: int | None, version: int | None) -> bool:
+    """Whether an idempotent write of ``version`` was committed before (skip it)."""
+    return recorded is not None and version is not None and recorded >= version
+
+
+def check_partition_by(meta: TableMeta, partition_by: Sequence[str] | None) -> None:
+    if partition_by is not None and tuple(partition_by) != meta.partition_columns:
+        raise SchemaMismatch(
+            f"table {meta.name!r} is partitioned by {list(meta.partition_columns)}, "
+            f"not {list(partition_by)}",
+            help="partitionBy applies only when a write creates the table",
+        )
+
+
+def check_dataframe_schema(schema: StructType, meta: TableMeta) -> None:
+    """Fail before the job if the DataFrame's columns cannot be written to the table."""
+    conform(table_schema_from_spark(schema).empty_table(), meta.schema, what="the DataFrame")
+
+
+def prepare_write(
+    uri: str,
+    name: str,
+    schema: StructType,
+    *,
+    overwrite: bool,
+    replace_where: str | None = None,
+    partition_by: Sequence[str] | None = None,
+    isolation: str = DEFAULT_ISOLATION,
+    app_id: str | None = None,
+    app_version: int | None = None,
+    target_file_size: int | None = None,
+) -> WriteJob:
+    """Plan a data-source write of a DataFrame with ``schema`` into table ``name``.
+
+    A missing table is planned for creation with the DataFrame's schema (every
+    column nullable) and ``partition_by``.
+    """
+    check_uri(uri)
+    check_app(app_id, app_version)
+    level = check_isolation(isolation)
+    if replace_where is not None and not overwrite:
+        raise ValueError("replaceWhere needs mode('overwrite')")
+    db = connect(uri)
+    snapshot = db.snapshot()
+    create = False
+    if snapshot.has_table(name):
+        meta = _core.table_meta(snapshot.table(name))
+        check_partition_by(meta, partition_by)
+    elif _core.CREATE_TABLE_WITH_ID:
+        meta = _core.new_table_meta(name, table_schema_from_spark(schema), partition_by or (), {})
+        create = True
+    else:
+        # Without table ids chosen by the caller, the table is created in its own
+        # commit first (executors need its id). A failed job leaves it empty.
+        db.create_table(
+            name,
+            table_schema_from_spark(schema),
+            partition_by=partition_by or (),
+            if_not_exists=True,
+        )
+        snapshot = db.snapshot()
+        meta = _core.table_meta(snapshot.table(name))
+        check_partition_by(meta, partition_by)
+    check_dataframe_schema(schema, meta)
+    if replace_where is not None:
+        check_condition(meta, replace_where)
+    return WriteJob(
+        target=WriteTarget(
+            uri=db.uri,
+            table=meta,
+            target_file_size=target_file_size or db.target_file_size,
+            replace_where=replace_where,
+        ),
+        name=name,
+        overwrite=overwrite,
+        create=create,
+        base_version=snapshot.version,
+        isolation=level,
+        app_id=app_id,
+        app_version=app_version,
+    )
+
+
+def _same_table(a: TableMeta, b: TableMeta) -> bool:
+    """Whether files written for ``b`` fit ``a`` unchanged (creation times aside)."""
+    return (
+        a.id == b.id
+        and a.schema.equals(b.schema, check_metadata=True)
+        and a.partition_columns == b.partition_columns
+        and a.properties == b.properties
+    )
+
+
+def _bind_table(tx: Transaction, job: WriteJob) -> None:
+    """Create the planned table, or check the table is still the one the files were written for."""
+    meta = job.target.table
+    if job.create and not tx.has_table(job.name):
+        _core.create_table_with_id(tx, meta)
+        return
+    current = _core.tx_table_meta(tx, job.name)
+    if not _same_table(current, meta):
+        what = "dropped and re-created" if current.id != meta.id else "altered"
+        raise ConcurrentMetadataChange(
+            f"table {job.name!r} was {what} while the Spark job wrote its files",
+            winning_version=tx.read_version,
+            table=job.name,
+        )
+
+
+def commit_write(job: WriteJob, adds: list[AddFile]) -> int | None:
+    """Publish the files of a finished job in one transaction; return its version.
+
+    Returns None when the write was skipped because ``job.app_id`` already
+    recorded ``job.app_version`` (its files are deleted). On any error the
+    files stay for :func:`abort_write`, which Spark calls next.
+    """
+    db = connect(job.target.uri)
+    skipped = False
+    try:
+        with db.transaction(job.isolation) as tx:
+            if job.app_id is not None and already_applied(
+                tx.app_version(job.app_id), job.app_version
+            ):
+                skipped = True
+            else:
+                _bind_table(tx, job)
+                if job.overwrite:
+                    table = tx.table(job.name)
+                    table.overwrite(table.schema.empty_table(), where=job.target.replace_where)
+                tx.add_files(job.name, adds)
+                if job.app_id is not None and job.app_version is not None:
+                    tx.set_app_transaction(job.app_id, job.app_version)
+    except ConcurrentTransaction:
+        # Another writer committed the same app id first: if it recorded this
+        # version, this write is a duplicate and is skipped, as above.
+        if job.app_id is None or not already_applied(
+            db.snapshot().app_version(job.app_id), job.app_version
+        ):
+            raise
+        skipped = True
+    if skipped:
+        log.info("skipping write of %s version %s: already committed", job.app_id, job.app_version)
+        delete_files(open_store(job.target.uri), job.target.table, [a.path for a in adds])
+        return None
+    return tx.commit_version
+
+
+def abort_write(job: WriteJob, adds: list[AddFile]) -> None:
+    """Delete a failed job's files, unless a commit that references them landed.
+
+    Spark calls abort even when ``commit`` raised after its commit landed;
+    deleting the files then would corrupt the table. When the log cannot be
+    read, nothing is deleted (vacuum reclaims true orphans).
+    """
+    if not adds:
+        return
+    paths = {a.path for a in adds}
+    landed = _core.commit_added(job.target.uri, job.target.table.id, paths, job.base_version)
+    if landed is False:
+        delete_files(open_store(job.target.uri), job.target.table, sorted(paths))
+    elif landed:
+        log.warning("abort after a commit of %d file(s) landed: nothing deleted", len(paths))
+    else:
+        log.warning("abort: cannot tell whether the commit landed; %d file(s) kept", len(paths))
+
+
+# --- writes inside a caller's transaction --------------------------------------------
+
+
+class _PathList(AccumulatorParam[list[str]]):
+    """Collects the paths executors wrote, including those of tasks in a failed job."""
+
+    def zero(self, value: list[str]) -> list[str]:
+        return []
+
+    def addInPlace(self, value1: list[str], value2: list[str]) -> list[str]:
+        value1.extend(value2)
+        return value1
+
+
+def run_write_job(df: DataFrame, target: WriteTarget) -> list[AddFile]:
+    """Write ``df`` as data files of ``target.table`` on the executors; return them.
+
+    Nothing is committed. If the job fails, the files of its finished tasks
+    are deleted (a failing task deletes its own); files of task attempts
+    whose output Spark discarded are deleted too.
+    """
+    written = df.sparkSession.sparkContext.accumulator([], _PathList())
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        adds = write_batches(target, batches)
+        written.add([a.path for a in adds])
+        if adds:
+            yield pa.RecordBatch.from_pydict({"add": [add_to_json(a) for a in adds]}, _ADD_SCHEMA)
+
+    store = open_store(target.uri)
+    try:
+        rows = df.mapInArrow(task, "add string").collect()
+    except BaseException:
+        delete_files(store, target.table, written.value)
+        raise
+    adds = [add_from_json(row["add"]) for row in rows]
+    kept = {a.path for a in adds}
+    delete_files(store, target.table, [p for p in written.value if p not in kept])
+    return adds
+
+
+def write(
+    tx: Transaction,
+    df: DataFrame,
+    table: str,
+    *,
+    mode: Mode = "append",
+    replace_where: str | None = None,
+    partition_by: Sequence[str] | None = None,
+    app_id: str | None = None,
+    app_version: int | None = None,
+    target_file_size: int | None = None,
+) -> int:
+    """Write a DataFrame into ``table`` as part of the transaction ``tx``; return the rows.
+
+    Executors write the data files; they become visible when ``tx`` commits,
+    atomically with everything else in it (other tables included). A missing
+    table is created in ``tx`` with the DataFrame's schema and
+    ``partition_by``.
+
+    Args:
+        mode: ``append``, or ``overwrite`` to replace the table's rows (only
+            those matching ``replace_where`` if given; every new row must match it).
+        app_id, app_version: an idempotent write: skipped (returns 0) when
+            ``app_id`` already recorded ``app_version`` or a later version;
+            otherwise ``tx`` records it.
+        target_file_size: the size data files are cut at (default: the database's).
+
+    Raises:
+        SchemaMismatch: the DataFrame's columns do not fit the table.
+        ConstraintViolation: a NOT NULL, CHECK or replaceWhere condition fails
+            (the job fails; its files are deleted).
+    """
+    if mode not in ("append", "overwrite"):
+        raise ValueError(f"mode must be 'append' or 'overwrite', not {mode!r}")
+    if replace_where is not None and mode != "overwrite":
+        raise ValueError("replace_where needs mode='overwrite'")
+    check_app(app_id, app_version)
+    uri = check_uri(_core.tx_uri(tx))
+    if app_id is not None and already_applied(tx.app_version(app_id), app_version):
+        return 0
+    if tx.has_table(table):
+        meta = _core.tx_table_meta(tx, table)
+        check_partition_by(meta, partition_by)
+    else:
+        tx.create_table(table, table_schema_from_spark(df.schema), partition_by=partition_by or ())
+        meta = _core.tx_table_meta(tx, table)
+    check_dataframe_schema(df.schema, meta)
+    if replace_where is not None:
+        check_condition(meta, replace_where)
+    target = WriteTarget(uri, meta, target_file_size or tx.target_file_size, replace_where)
+    adds = run_write_job(df, target)
+    try:
+        if mode == "overwrite":
+            handle = tx.table(table)
+            handle.overwrite(handle.schema.empty_table(), where=replace_where)
+        tx.add_files(table, adds)
+        if app_id is not None and app_version is not None:
+            tx.set_app_transaction(app_id, app_version)
+    except BaseException:
+        delete_files(open_store(uri), meta, [a.path for a in adds])
+        raise
+    return sum(a.rows for a in adds)
+
+
+def job_with_version(job: WriteJob, app_version: int) -> WriteJob:
+    """The same job recording another app version (one per streaming micro-batch)."""
+    return replace(job, app_version=app_version)

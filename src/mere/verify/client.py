@@ -1,0 +1,163 @@
+"""A verify client: one OS process running transactions and recording them.
+
+The parent starts clients with the ``spawn`` start method, so a client is a
+fresh interpreter sharing nothing with the parent or its siblings but the
+object store. Each client connects through a
+:class:`~mere.storage.FaultyStore` carrying the faults the run asked for,
+runs transactions until its quota or the deadline, and appends every
+invocation and completion to its own history file (see
+:mod:`mere.verify.history`).
+
+How a transaction ends is recorded the way Jepsen does:
+
+* ``ok``: ``commit()`` returned a version (read-only transactions commit
+  nothing and report their read version);
+* ``fail``: definitely not committed -- a ConflictError, or any other error
+  from which mere deletes the transaction's files (it claims the outcome is
+  definite, and the checker holds it to that);
+* ``info``: :class:`~mere.errors.CommitOutcomeUnknown`, or the process was
+  killed (no completion record at all).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mere.database import Database, connect
+from mere.errors import CommitOutcomeUnknown, ConflictError, MereError
+from mere.storage import Fault, FaultyStore, ObjectStore, open_store
+from mere.verify.history import HistoryWriter, MicroOp, app_id
+from mere.verify.workloads import ValueSource, Workload
+
+#: Client-side fault kinds (``kill`` and ``stale-hint`` are done by the parent).
+CLIENT_FAULTS = ("latency", "error-before", "error-after", "exists-after")
+PARENT_FAULTS = ("kill", "stale-hint")
+FAULTS = CLIENT_FAULTS + PARENT_FAULTS
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """Everything a client process needs (it must pickle: it crosses a spawn)."""
+
+    uri: str
+    workload: Workload
+    isolation: str
+    process: int
+    seed: int
+    history: str
+    quota: int | None  # transactions to run, or None to run until the deadline
+    deadline: float | None  # time.time() at which to stop
+    faults: tuple[str, ...] = field(default_factory=tuple)
+
+
+def client_faults(kinds: tuple[str, ...]) -> list[Fault]:
+    """The FaultyStore rules for the client-side fault kinds asked for.
+
+    Probabilities are per store call; a transaction makes a few dozen calls,
+    so with ``error-before`` some transactions fail on a read, a data file
+    write or a commit, and ``exists-after`` / ``error-after`` on commit files
+    exercise the resolution of ambiguous puts by reading the commit back.
+    """
+    rules: list[Fault] = []
+    if "exists-after" in kinds:
+        rules.append(Fault("put_if_absent", "exists_after", match=r"^_log/\d+\.json$",
+                           times=None, probability=0.15))  # fmt: skip
+    if "error-after" in kinds:
+        rules.append(Fault("put_if_absent", "error_after", match=r"^_log/\d+\.json$",
+                           times=None, probability=0.1))  # fmt: skip
+        rules.append(Fault("*", "error_after", times=None, probability=0.003))
+    if "error-before" in kinds:
+        rules.append(Fault("*", "error_before", times=None, probability=0.005))
+    if "latency" in kinds:
+        rules.append(Fault("*", "delay", times=None, probability=0.05, delay=0.003))
+    return rules
+
+
+def open_client_store(uri: str, kinds: tuple[str, ...], seed: int) -> ObjectStore:
+    store = open_store(uri)
+    rules = client_faults(kinds)
+    return FaultyStore(store, rules, seed=seed) if rules else store
+
+
+def _connect(store: ObjectStore, attempts: int = 20) -> Database:
+    """Connect, retrying injected storage errors (connecting reads the log too)."""
+    for attempt in range(attempts):
+        try:
+            return connect(store, create=False)
+        except MereError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.01)
+    raise AssertionError("unreachable")
+
+
+def run_transaction(
+    db: Database, workload: Workload, isolation: str, plan: list[MicroOp], process: int, n: int
+) -> dict[str, Any]:
+    """Run one planned transaction; return its completion record."""
+    record: dict[str, Any] = {"kind": "complete", "process": process, "n": n, "ops": []}
+    try:
+        tx = db.transaction(isolation=isolation)  # type: ignore[arg-type]
+    except MereError as exc:
+        record.update(type="fail", error=type(exc).__name__)
+        return record
+    record["read_version"] = tx.read_version
+    try:
+        done = workload.execute(tx, plan)
+        record["ops"] = done
+        if any(op["f"] != "r" for op in done):
+            tx.set_app_transaction(app_id(process), n)
+        record["version"] = tx.commit()
+        record["type"] = "ok"
+    except CommitOutcomeUnknown as exc:
+        record.update(type="info", error=type(exc).__name__)
+    except ConflictError as exc:
+        record.update(type="fail", error=type(exc).__name__)
+    except Exception as exc:  # mere deletes the files: it claims the outcome is definite
+        tx.abort()
+        record.update(type="fail", error=type(exc).__name__)
+    if not record["ops"]:
+        record["ops"] = [op for op in plan if op["f"] != "r"]
+    return record
+
+
+def client_main(spec: ClientSpec) -> None:
+    """Entry point of a client process (module level, so ``spawn`` can import it)."""
+    rng = random.Random(f"{spec.seed}/client/{spec.process}")
+    values = ValueSource(spec.process)
+    store = open_client_store(spec.uri, spec.faults, spec.seed * 7919 + spec.process)
+    out = HistoryWriter(Path(spec.history))
+    try:
+        db = _connect(store)
+        n = 0
+        while (spec.quota is None or n < spec.quota) and (
+            spec.deadline is None or time.time() < spec.deadline
+        ):
+            plan = spec.workload.plan(rng, values)
+            out.write(
+                {
+                    "kind": "invoke",
+                    "process": spec.process,
+                    "n": n,
+                    "ops": plan,
+                    "time": time.time(),
+                    "isolation": spec.isolation,
+                }
+            )
+            record = run_transaction(db, spec.workload, spec.isolation, plan, spec.process, n)
+            record["time"] = time.time()
+            fired: Counter[str] = store.fired if isinstance(store, FaultyStore) else Counter()
+            record["faults"] = dict(fired)
+            out.write(record)
+            n += 1
+    except BaseException:
+        traceback.print_exc()
+        raise
+    finally:
+        out.close()

@@ -1,0 +1,341 @@
+"""Running a verification: set up, start the clients, inject faults, check.
+
+The parent process:
+
+1. refuses ``memory://`` (a memory store lives in one process, so the
+   clients would each see their own empty database) and any location that
+   already holds a database (verify writes test tables and commits);
+2. creates the database and the workload's tables in one commit;
+3. starts ``processes`` clients as fresh interpreters, never by forking the
+   parent (a forked child would inherit its threads, locks and caches): with
+   the ``forkserver`` start method where there is one (a server started like
+   ``spawn`` that has imported mere once, so a client restarted after a kill
+   is running in milliseconds), else ``spawn``;
+4. while they run, injects the parent-side faults: ``kill`` SIGKILLs a random
+   client (almost always mid-transaction) and starts a new client, under a
+   new process id, for the rest of its quota; ``stale-hint`` overwrites the
+   ``_log/_latest`` hint with an old version, which readers must never trust;
+5. assembles the clients' history files, replays the log, and checks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.process
+import random
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from mere.database import connect
+from mere.errors import MereError, StorageError
+from mere.log.keys import LATEST_HINT
+from mere.log.log import Log
+from mere.storage import ObjectStore, open_store
+from mere.verify.checker import ISOLATION_LEVELS, CheckResult, check
+from mere.verify.client import CLIENT_FAULTS, FAULTS, ClientSpec, client_main
+from mere.verify.history import History, assemble
+from mere.verify.truth import read_truth
+from mere.verify.workloads import Workload
+
+#: A run never lasts longer than its duration (or this, for a transaction count) plus the check.
+MAX_RUN_SECONDS = 900.0
+#: Seconds between two kills, and between two stale hints (uniformly drawn).
+KILL_INTERVAL = (0.5, 1.5)
+#: At most one kill per this many transactions of the quota (a run with a count).
+TRANSACTIONS_PER_KILL = 20
+#: Modules the fork server imports once, so that clients start fast.
+PRELOAD = ["mere.verify.client", "mere.ops.update", "mere.ops.delete", "mere.expr"]
+STALE_HINT_INTERVAL = (0.05, 0.3)
+
+
+class VerifyError(MereError):
+    """A verify run cannot start or could not finish (not an anomaly: those are reported)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What to run: see ``mere verify --help`` for the meaning of each field."""
+
+    uri: str
+    workload: str = "list-append"
+    processes: int = 4
+    duration: float | None = None
+    transactions: int | None = None
+    keys: int = 5
+    tables: int = 2
+    isolation: str = "serializable"
+    faults: tuple[str, ...] = ()
+    seed: int = 0
+    max_ops: int = 4
+    workdir: str | None = None
+
+    def validate(self) -> None:
+        """Raise VerifyError for a configuration that cannot run."""
+        if urlparse(self.uri).scheme.lower() == "memory":
+            raise VerifyError(
+                "mere verify cannot use a memory:// store: each client process would see "
+                "its own empty database",
+                help="give a local path (or file:// URI) shared by the clients",
+            )
+        if self.isolation not in ISOLATION_LEVELS:
+            raise VerifyError(f"isolation must be one of {ISOLATION_LEVELS}")
+        unknown = [f for f in self.faults if f not in FAULTS]
+        if unknown:
+            raise VerifyError(f"unknown faults {unknown}; choose from {', '.join(FAULTS)}")
+        if self.processes < 1:
+            raise VerifyError("at least one client process is needed")
+        if self.duration is not None and self.transactions is not None:
+            raise VerifyError("give a duration or a transaction count, not both")
+        if self.duration is not None and not (0 < self.duration <= MAX_RUN_SECONDS):
+            raise VerifyError(f"the duration must be in (0, {MAX_RUN_SECONDS:g}] seconds")
+        if self.transactions is not None and self.transactions < 1:
+            raise VerifyError("the transaction count must be at least 1")
+        try:
+            self.make_workload()
+        except ValueError as exc:
+            raise VerifyError(str(exc)) from None
+
+    def make_workload(self) -> Workload:
+        return Workload(self.workload, self.tables, self.keys, self.max_ops)
+
+
+@dataclass
+class RunResult:
+    """A finished run: its history, the checker's verdict, and the faults that fired."""
+
+    config: RunConfig
+    history: History
+    result: CheckResult
+    faults: dict[str, int]
+    elapsed: float
+    client_crashes: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return self.result.valid and not self.client_crashes
+
+    def to_json(self) -> dict[str, Any]:
+        config = {k: v for k, v in self.config.__dict__.items() if k != "workdir"}
+        config["faults"] = list(self.config.faults)
+        return {
+            "valid": self.valid,
+            "config": config,
+            "elapsed_seconds": round(self.elapsed, 3),
+            "transactions": len(self.history.txns),
+            "faults_fired": self.faults,
+            "client_crashes": self.client_crashes,
+            "check": self.result.to_json(),
+        }
+
+
+@dataclass
+class _Slot:
+    """One client seat: the process currently in it and how much of its quota is left."""
+
+    process_id: int
+    proc: multiprocessing.process.BaseProcess
+    quota: int | None
+    history: Path
+
+
+class _Parent:
+    """The parent's bookkeeping while the clients run."""
+
+    def __init__(self, config: RunConfig, workdir: Path, store: ObjectStore) -> None:
+        self.config = config
+        self.workdir = workdir
+        self.store = store
+        self.workload = config.make_workload()
+        self.context = _context()
+        self.rng = random.Random(f"{config.seed}/parent")
+        self.next_id = 1
+        self.slots: list[_Slot] = []
+        self.deadline: float | None = None
+        self.fired: Counter[str] = Counter()
+        self.crashes: list[str] = []
+
+    def start(self, quota: int | None) -> _Slot:
+        process_id = self.next_id
+        self.next_id += 1
+        history = self.workdir / f"p{process_id:05d}.jsonl"
+        spec = ClientSpec(
+            uri=self.config.uri,
+            workload=self.workload,
+            isolation=self.config.isolation,
+            process=process_id,
+            seed=self.config.seed,
+            history=str(history),
+            quota=quota,
+            deadline=self.deadline,
+            faults=tuple(f for f in self.config.faults if f in CLIENT_FAULTS),
+        )
+        proc = self.context.Process(
+            target=client_main, args=(spec,), name=f"verify-p{process_id}", daemon=True
+        )
+        proc.start()
+        return _Slot(process_id, proc, quota, history)
+
+    def kill_one(self) -> bool:
+        """SIGKILL a random client that is mid-transaction; seat a new one for the rest.
+
+        Returns False when no client is in a transaction right now.
+        """
+        busy = [
+            i
+            for i, s in enumerate(self.slots)
+            if s.proc.is_alive() and _last_kind(s.history) == "invoke"
+        ]
+        if not busy:
+            return False
+        i = self.rng.choice(busy)
+        slot = self.slots[i]
+        slot.proc.kill()
+        slot.proc.join(30)
+        self.fired["kill"] += 1
+        started = sum(1 for line in _lines(slot.history) if '"kind":"invoke"' in line)
+        quota = None if slot.quota is None else slot.quota - started
+        more_time = self.deadline is None or time.time() < self.deadline
+        if (quota is None or quota > 0) and more_time:
+            self.slots[i] = self.start(quota)
+        return True
+
+    def stale_hint(self) -> None:
+        """Point ``_log/_latest`` at an older version (readers must probe past it)."""
+        try:
+            latest = Log(self.store).latest_version() or 0
+            old = self.rng.randint(0, max(0, latest - 1))
+            self.store.put(LATEST_HINT, json.dumps({"version": old}).encode())
+        except StorageError:
+            return
+        self.fired["stale-hint"] += 1
+
+    def run(self, progress: Callable[[str], None]) -> None:
+        config = self.config
+        n = config.processes
+        if config.transactions is not None:
+            quotas: list[int | None] = [
+                config.transactions // n + (1 if i < config.transactions % n else 0)
+                for i in range(n)
+            ]
+        else:
+            quotas = [None] * n
+            self.deadline = time.time() + (config.duration or 10.0)
+        self.slots = [self.start(q) for q in quotas if q is None or q > 0]
+        progress(f"started {len(self.slots)} client processes")
+        max_kills = (
+            max(1, config.transactions // TRANSACTIONS_PER_KILL)
+            if config.transactions is not None
+            else math.inf
+        )
+        give_up = time.time() + (config.duration or MAX_RUN_SECONDS) + 120.0
+        next_kill = time.time() + self.rng.uniform(*KILL_INTERVAL)
+        next_stale = time.time() + self.rng.uniform(*STALE_HINT_INTERVAL)
+        try:
+            while any(s.proc.is_alive() for s in self.slots):
+                now = time.time()
+                if now > give_up:
+                    raise VerifyError("the clients did not finish in time")
+                if "kill" in config.faults and now >= next_kill and self.fired["kill"] < max_kills:
+                    if self.kill_one():
+                        next_kill = now + self.rng.uniform(*KILL_INTERVAL)
+                if "stale-hint" in config.faults and now >= next_stale:
+                    self.stale_hint()
+                    next_stale = now + self.rng.uniform(*STALE_HINT_INTERVAL)
+                for slot in self.slots:
+                    slot.proc.join(0.02 / max(1, len(self.slots)))
+        finally:
+            for slot in self.slots:
+                if slot.proc.is_alive():
+                    slot.proc.kill()
+                slot.proc.join(30)
+        for slot in self.slots:
+            if slot.proc.exitcode not in (0, None) and slot.proc.exitcode > 0:
+                self.crashes.append(f"client p{slot.process_id} exited with {slot.proc.exitcode}")
+
+
+def _context() -> multiprocessing.context.SpawnContext | multiprocessing.context.ForkServerContext:
+    """forkserver (preloaded with mere) where available, else spawn; never fork."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)  # only if the server is not running yet
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+def _last_kind(path: Path) -> str | None:
+    """The kind of the last complete record of a client file (None if there is none)."""
+    lines = [line for line in _lines(path) if line.endswith("}")]
+    if not lines:
+        return None
+    return "invoke" if '"kind":"invoke"' in lines[-1] else "complete"
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def run(config: RunConfig, progress: Callable[[str], None] | None = None) -> RunResult:
+    """Run a verification end to end (see the module docstring).
+
+    Raises:
+        VerifyError: a bad configuration, a location that already holds a
+            database, or clients that never finish.
+    """
+    config.validate()
+    say = progress or (lambda _message: None)
+    store = open_store(config.uri)
+    if Log(store).latest_version() is not None:
+        raise VerifyError(
+            f"a mere database already exists at {store.uri}",
+            help="mere verify creates its own database: give a new, empty location",
+        )
+    workload = config.make_workload()
+    db = connect(store)
+    setup_version = workload.setup(db)
+    say(f"created {len(workload.table_names)} tables at version {setup_version}")
+    own_workdir = config.workdir is None
+    workdir = Path(config.workdir or tempfile.mkdtemp(prefix="mere-verify-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    try:
+        parent = _Parent(config, workdir, store)
+        parent.run(say)
+        elapsed = time.monotonic() - started
+        history = assemble(workdir.glob("p*.jsonl"))
+        say(f"{len(history.txns)} transactions recorded; checking")
+        truth = read_truth(store, workload)
+        result = check(history, truth, workload, config.isolation)
+    finally:
+        if own_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        store.close()
+    faults: dict[str, int] = dict(history.faults)
+    faults.update(parent.fired)
+    return RunResult(
+        config=replace(config),
+        history=history,
+        result=result,
+        faults={k: faults[k] for k in sorted(faults)},
+        elapsed=elapsed,
+        client_crashes=parent.crashes,
+    )
+
+
+def rate(count: int, seconds: float) -> str:
+    """``"12.3/s"``: a count per second, for summaries."""
+    if seconds <= 0 or math.isclose(seconds, 0.0):
+        return "-"
+    return f"{count / seconds:.1f}/s"
