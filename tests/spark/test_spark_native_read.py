@@ -1,0 +1,100 @@
+"""The native read (Spark's Parquet reader on the snapshot's files) against the other reads."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from spark_helpers import ORDERS, orders
+
+import mere
+import mere.spark
+
+
+def rows(table_or_df, key: str = "id") -> list[dict]:
+    table = table_or_df if isinstance(table_or_df, pa.Table) else table_or_df.toArrow()
+    return table.sort_by(key).to_pylist()
+
+
+def evolved_table(uri: str) -> mere.Database:
+    """A partitioned table with a renamed column, an added column, null and '' partitions."""
+    db = mere.connect(uri)
+    db.create_table("orders", ORDERS, partition_by=["country"])
+    db.table("orders").append(orders(0, 30, countries=("FR", "DE", "")))
+    with db.transaction() as tx:
+        tx.alter_table("orders").rename_column("amount", "total")
+    with db.transaction() as tx:
+        tx.alter_table("orders").add_column("amount", pa.string())
+    later = orders(30, 10).rename_columns(["id", "customer_id", "total", "country"])
+    later = later.append_column("amount", pa.array([f"n{i}" for i in range(10)]))
+    db.table("orders").append(later)
+    db.table("orders").append(
+        pa.table(
+            {"id": [99], "customer_id": [1], "total": [1.0], "country": [None], "amount": ["x"]}
+        )
+    )
+    return db
+
+
+def test_native_equals_data_source_and_mere_scan(spark, uri):
+    db = evolved_table(uri)
+    expected = rows(db.table("orders").scan())
+    assert {r["country"] for r in expected} == {"FR", "DE", "IT", "", None}
+
+    native = mere.spark.read(spark, uri, "orders")
+    assert native.columns == ["id", "customer_id", "total", "country", "amount"]
+    assert rows(native) == expected
+    assert rows(mere.spark.read(spark, uri, "orders", method="datasource")) == expected
+
+    first = db.snapshot(version=2)  # before the rename: time travel reads the old schema
+    old = mere.spark.read(spark, uri, "orders", version=2)
+    assert old.columns == first.table("orders").schema.names
+    assert rows(old) == rows(first.table("orders").scan())
+
+
+def test_native_read_of_an_empty_table(spark, uri):
+    mere.connect(uri).create_table("orders", ORDERS, partition_by=["country"])
+    df = mere.spark.read(spark, uri, "orders")
+    assert df.count() == 0
+    assert df.columns == ORDERS.names
+    assert [f.dataType.simpleString() for f in df.schema] == [
+        "bigint",
+        "bigint",
+        "double",
+        "string",
+    ]
+
+
+def test_native_filter_prunes_files(spark, uri):
+    db = mere.connect(uri)
+    db.create_table("orders", ORDERS, partition_by=["country"])
+    for start in range(0, 300, 100):
+        db.table("orders").append(orders(start, 100))
+    assert len(mere.spark.read(spark, uri, "orders").inputFiles()) == 9
+
+    where = "\"country\" = 'FR' AND id >= 200"  # mere's dialect: "country" is a column
+    df = mere.spark.read(spark, uri, "orders", filter=where)
+    assert len(df.inputFiles()) == 1
+    expected = db.table("orders").scan(filter=where)
+    assert rows(df) == rows(expected)
+
+
+def test_native_read_of_every_partition_type_and_escaped_values(spark, uri):
+    import datetime as dt
+
+    db = mere.connect(uri)
+    table = pa.table(
+        {
+            "id": [1, 2, 3, 4],
+            "ts": pa.array(
+                [dt.datetime(2024, 1, 1, h, 30, tzinfo=dt.UTC) for h in (1, 2, 3, 3)],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "day": pa.array([dt.date(2024, 1, d) for d in (1, 2, 3, 3)]),
+            "price": pa.array(["1.5", "2.25", "-3.0", None]).cast(pa.decimal128(6, 2)),
+            "flag": [True, False, None, True],
+            "tag": ["a/b", "c=d", "x}y{z", "50% [ok]?"],
+            "value": [1.0, 2.0, 3.0, 4.0],
+        }
+    )
+    db.create_table("t", table.schema, partition_by=["ts", "day", "price", "flag", "tag"])
+    db.table("t").append(table)
+    assert rows(mere.spark.read(spark, uri, "t")) == rows(db.table("t").scan())
