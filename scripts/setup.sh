@@ -25,20 +25,27 @@ fi
 .venv/bin/python -c "import mere" || { echo "installing mere failed" >&2; exit 1; }
 # Azurite (Microsoft's Azure Blob Storage emulator, from npm) for the Azure tests,
 # installed locally into .cache/azurite; only for the dev extras (the test suite).
-if [[ ",${extras}," == *",dev,"* ]] && [ ! -x .cache/azurite/node_modules/.bin/azurite-blob ]; then
+azurite_ok() { .cache/azurite/node_modules/.bin/azurite-blob --version >/dev/null 2>&1; }
+if [[ ",${extras}," == *",dev,"* ]] && ! azurite_ok; then
   if ! command -v npm >/dev/null; then
-    echo "npm is missing: the Azure tests need Azurite from npm (apt-get install npm)" >&2
-    exit 1
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && apt-get install -y -qq npm >/dev/null
+    else
+      echo "npm is missing: the Azure tests need Azurite from npm (apt-get install npm)" >&2
+      exit 1
+    fi
   fi
-  mkdir -p .cache/azurite
-  npm install --no-save --no-audit --no-fund --no-package-lock --loglevel=error \
-    --prefix .cache/azurite azurite >/dev/null 2>&1 || {
+  # An interrupted or racing npm install can leave a package without its files;
+  # `azurite-blob --version` loads every module, so it tells a usable install.
+  for attempt in 1 2 3; do
+    rm -rf .cache/azurite && mkdir -p .cache/azurite
+    npm install --no-save --no-audit --no-fund --no-package-lock --loglevel=error \
+      --prefix .cache/azurite azurite >/dev/null 2>&1 && azurite_ok && break
+    [ "$attempt" = 3 ] || npm cache verify >/dev/null 2>&1 || true
+  done
+  azurite_ok || {
     echo "installing Azurite with npm failed: run" \
       "'npm install --prefix .cache/azurite azurite' to see why" >&2
-    exit 1
-  }
-  [ -x .cache/azurite/node_modules/.bin/azurite-blob ] || {
-    echo "Azurite installed, but .cache/azurite/node_modules/.bin/azurite-blob is missing" >&2
     exit 1
   }
 fi

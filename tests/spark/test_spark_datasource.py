@@ -14,7 +14,6 @@ from pyspark.sql.datasource import EqualTo, GreaterThan, WriterCommitMessage
 from spark_helpers import ORDERS, data_files, orders
 
 import mere
-from mere.spark import _core
 from mere.spark.datasource import MereDataSource
 
 SparkError = (PySparkException, Py4JJavaError)
@@ -262,9 +261,6 @@ def test_data_source_reads_every_type(spark, uri):
 
 
 def test_create_on_write_is_atomic_with_its_data(spark, uri):
-    if not _core.CREATE_TABLE_WITH_ID:
-        pytest.xfail("needs the core change Transaction.create_table(table_id=...)")
-
     @F.udf("long")
     def boom(value):
         raise ValueError("boom")

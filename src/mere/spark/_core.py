@@ -10,7 +10,6 @@ here, in one place, so a change of the core touches one module.
 
 from __future__ import annotations
 
-import inspect
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -32,7 +31,6 @@ from mere.txn.transaction import Transaction
 #: Whether ``Transaction.create_table`` accepts ``table_id=`` (a requested core change).
 #: With it, a table created by a Spark write is created in the same commit as its
 #: data; without it, the table is created in a commit of its own before the job.
-CREATE_TABLE_WITH_ID = "table_id" in inspect.signature(Transaction.create_table).parameters
 
 
 def table_meta(table: TableSnapshot) -> TableMeta:

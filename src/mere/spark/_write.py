@@ -135,21 +135,11 @@ def prepare_write(
     if snapshot.has_table(name):
         meta = _core.table_meta(snapshot.table(name))
         check_partition_by(meta, partition_by)
-    elif _core.CREATE_TABLE_WITH_ID:
+    else:
+        # The id is chosen now so executors can write under the table's prefix; the
+        # table is created by the same commit as its data.
         meta = _core.new_table_meta(name, table_schema_from_spark(schema), partition_by or (), {})
         create = True
-    else:
-        # Without table ids chosen by the caller, the table is created in its own
-        # commit first (executors need its id). A failed job leaves it empty.
-        db.create_table(
-            name,
-            table_schema_from_spark(schema),
-            partition_by=partition_by or (),
-            if_not_exists=True,
-        )
-        snapshot = db.snapshot()
-        meta = _core.table_meta(snapshot.table(name))
-        check_partition_by(meta, partition_by)
     check_dataframe_schema(schema, meta)
     if replace_where is not None:
         check_condition(meta, replace_where)

@@ -3,27 +3,32 @@
  * model checker. It sits next to the code it models: transaction.py (the
  * commit loop, rebase and conflict check) and ../log/log.py (put_commit:
  * put-if-absent and the resolution of ambiguous outcomes).
+ * docs/format.md, "What the model proves", says what it proves and what not;
+ * tests/verify/test_model.py runs it.
  *
+ *   spin -a commit_protocol.pml && gcc -O2 -DSAFETY -DNOCLAIM -o pan pan.c && ./pan -m100000
  *   spin -a commit_protocol.pml && gcc -O2 -o pan pan.c && ./pan -a -N terminates
+ *   spin -DNW=3 -DSMALL=1 -DAMBIG=0 -a ...     three writers racing
+ *   spin -DNW=3 -DNK=1 -a ...                  three writers, ambiguous puts, one key
  *
  * What is modelled
  * ----------------
  * NW writers each run one transaction over NK abstract keys. A writer pins
- * a snapshot version (the latest it can find: any interleaving makes it as
- * stale as a slow client's), reads a nondeterministic set of keys at that
- * snapshot, chooses a nondeterministic non-empty set of keys to write, and
- * races for version base+1 with an atomic create (put-if-absent) of log[v].
- * The log is bounded to MAXV versions; a writer that runs out of versions
- * gives up (aborts), as RetriesExhausted does.
+ * the latest version it finds (any interleaving makes it as stale as a slow
+ * client's), reads a nondeterministic set of keys at that snapshot, chooses
+ * a nondeterministic non-empty set of keys to write, and races for version
+ * base+1 with an atomic create (put-if-absent) of log[v]. The log is bounded
+ * to MAXV versions; a writer that runs out of versions gives up (aborts), as
+ * RetriesExhausted does.
  *
- * The put may also go wrong, as object stores do (at most AMBIG times per
- * writer): it can land and report "already exists" (a client library's retry
- * of a create that landed), land and report an error (a dropped connection),
- * or fail without landing. Any response but success is resolved by reading
- * log[v] back and comparing commit ids; an absent object means "send the
- * same bytes again" (at most SENDS times); a failed read-back means the
- * outcome is unknown (CommitOutcomeUnknown), after which the put may still
- * land later (a request in flight).
+ * The put may also go wrong, as object stores do (AMBIG times per writer at
+ * most): land and report "already exists" (a client library's retry of a
+ * create that landed) or an error (a dropped connection), or fail without
+ * landing. Any response but success is resolved by reading log[v] back and
+ * comparing commit ids: ours means committed, another's means lost; an
+ * absent object means "send the same bytes again" (SENDS times at most). The
+ * read-back can fail too: the outcome is then unknown (CommitOutcomeUnknown),
+ * and the put may still land later (a request in flight).
  *
  * A writer that lost reads every commit after its base up to the latest and
  * checks each against its footprint: under serializable (the default) a
@@ -31,28 +36,30 @@
  * compiled with -DSNAPSHOT, only a key both wrote (two removals of the same
  * file). No conflict: rebase onto the latest version and race again.
  *
- * Mutants (for the tests, to show the checks have teeth):
- *   -DSNAPSHOT     the snapshot rule: serializability must FAIL;
- *   -DGUESS        "already exists" is taken as a loss without reading back:
- *                  a transaction told it failed is in the log;
- *   -DNO_READBACK  any non-success is taken as a loss (same failure).
+ * Mutants, which must fail (the tests check that the properties have teeth):
+ *   -DSNAPSHOT     the snapshot rule: property 4 (serializability) fails;
+ *   -DGUESS        an ambiguous response is taken as a loss without reading
+ *                  back: a transaction told it failed is in the log (3);
+ *   -DNO_READBACK  likewise for every non-success (3);
+ *   -DOVERWRITE    the put replaces an existing commit, as a rename would:
+ *                  a commit is lost (2).
  *
- * Properties (assertions in the final check, plus the LTL formula
- * `terminates`):
+ * Properties (assertions checked once every writer is done, and the LTL
+ * formula `terminates`):
  *   1. the log has no gap, and no version holds two commits (each log slot is
  *      created once, atomically, and never overwritten);
  *   2. no lost commit: a writer that believes it committed at v finds its
- *      commit id at log[v], exactly once in the log;
- *   3. a writer told it definitely failed has no commit in the log;
- *      a writer with an unknown outcome has at most one;
+ *      commit id at log[v], and only there;
+ *   3. a writer told it definitely failed has no commit in the log; one with
+ *      an unknown outcome has at most one;
  *   4. serializability in log order (serializable rule): every commit's reads
- *      equal the state at its version - 1, i.e. replaying the log in order
- *      gives every committed transaction the reads it had;
- *   5. every writer terminates (bounded retries).
+ *      equal the state at its version - 1, so replaying the log in order gives
+ *      every committed transaction the reads it had;
+ *   5. every writer terminates.
  */
 
 #ifndef NW
-#define NW 3
+#define NW 2
 #endif
 #ifndef NK
 #define NK 2
@@ -203,7 +210,11 @@ put:
 #endif
           fi
        :: else ->
+#if defined(OVERWRITE)
+          logcid[v] = cid; logw[v] = wmask[me]; outcome = COMMITTED  /* a rename-style put */
+#else
           outcome = ABORTED                         /* "exists", or an error: read back, lost */
+#endif
        fi;
        if
        :: outcome != COMMITTED && ambiguous < AMBIG ->

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 import uuid
 from collections.abc import Sequence
@@ -67,6 +68,7 @@ DEFAULT_MAX_COMMIT_ATTEMPTS = 100
 #: A transaction older than this moves to the latest version before its first commit try.
 STALE_SNAPSHOT_SECONDS = 60.0
 _BACKOFF_BASE = 0.002
+_TABLE_ID = re.compile(r"[0-9a-f]{32}\Z")
 _BACKOFF_CAP = 0.25
 
 
@@ -176,8 +178,13 @@ class Transaction:
         partition_by: Sequence[str] = (),
         properties: dict[str, str] | None = None,
         if_not_exists: bool = False,
+        table_id: str | None = None,
     ) -> TxTable:
         """Create a table; it exists for this transaction at once, for others on commit.
+
+        ``table_id`` (32 lowercase hex digits) lets an engine choose the id up
+        front, so distributed writers can put data files under the table's
+        prefix before the transaction that creates it commits.
 
         Raises:
             TableExists: the name is taken (unless ``if_not_exists``).
@@ -195,8 +202,12 @@ class Transaction:
         props = dict(properties or {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
             raise InvalidName("table properties must map strings to strings")
+        if table_id is None:
+            table_id = uuid.uuid4().hex
+        elif not _TABLE_ID.match(table_id) or table_id in self._state.tables:
+            raise InvalidName(f"table id {table_id!r} is not 32 lowercase hex digits, or is in use")
         meta = TableMeta(
-            id=uuid.uuid4().hex,
+            id=table_id,
             name=name,
             schema=normalize_schema(schema, list(partition_by)),
             partition_columns=tuple(partition_by),
