@@ -118,11 +118,15 @@ def prepare_write(
     app_id: str | None = None,
     app_version: int | None = None,
     target_file_size: int | None = None,
+    create_now: bool = False,
 ) -> WriteJob:
     """Plan a data-source write of a DataFrame with ``schema`` into table ``name``.
 
     A missing table is planned for creation with the DataFrame's schema (every
-    column nullable) and ``partition_by``.
+    column nullable) and ``partition_by``, in the same commit as the data. With
+    ``create_now`` it is created at once in a commit of its own instead: a
+    streaming write plans its job in several processes, which must agree on
+    the table's id.
     """
     check_uri(uri)
     check_app(app_id, app_version)
@@ -133,6 +137,16 @@ def prepare_write(
     snapshot = db.snapshot()
     create = False
     if snapshot.has_table(name):
+        meta = _core.table_meta(snapshot.table(name))
+        check_partition_by(meta, partition_by)
+    elif create_now:
+        db.create_table(
+            name,
+            table_schema_from_spark(schema),
+            partition_by=partition_by or (),
+            if_not_exists=True,
+        )
+        snapshot = db.snapshot()
         meta = _core.table_meta(snapshot.table(name))
         check_partition_by(meta, partition_by)
     else:

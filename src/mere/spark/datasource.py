@@ -226,6 +226,7 @@ class MereDataSource(DataSource):
             # A stream records each micro-batch's id instead (job_with_version).
             app_version=0 if streaming else _int_option(options, "txnVersion"),
             target_file_size=_int_option(options, "targetFileSize"),
+            create_now=streaming,
         )
 
     def writer(self, schema: StructType, overwrite: bool) -> MereWriter:
