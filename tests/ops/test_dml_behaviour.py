@@ -460,3 +460,13 @@ def test_update_of_nothing_checks_values_but_writes_nothing(small: mere.Table) -
     assert small.update("id > 100", {"small": 5}) == 0
     assert small._db.version == version
     assert pc.sum(small.scan().column("small")).as_py() == 6
+
+
+def test_every_assignment_sees_the_row_as_it_was(db) -> None:
+    """SET a = b, b = a swaps: the second assignment reads the old value of a."""
+    import pyarrow as pa
+
+    db.create_table("swap", pa.schema([("a", pa.int64()), ("b", pa.int64())]))
+    db.table("swap").append([{"a": 1, "b": 2}])
+    db.table("swap").update(None, {"a": "b", "b": "a"})
+    assert db.table("swap").scan().to_pylist() == [{"a": 2, "b": 1}]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -32,37 +33,8 @@ def update(table: TxTable, where: str | None, set: Mapping[str, Any]) -> int:
             column is allowed: the rows move to their new partition.
         ConstraintViolation: a NULL written into a NOT NULL column.
     """
-    schema = table.schema
-    if not isinstance(set, Mapping) or not set:
-        raise InvalidExpression("update needs at least one column to set")
-    assignments: dict[str, sqlexpr.Expr | pa.Scalar] = {}
-    for column, value in set.items():
-        if column not in schema.names:
-            raise SchemaMismatch(
-                f"update sets unknown column {column!r}; the table has {schema.names}"
-            )
-        target = schema.field(column).type
-        if isinstance(value, str):
-            assignments[column] = sqlexpr.bind(sqlexpr.parse(value), schema)
-        else:
-            assignments[column] = literal_value(column, target, value)
-
-    def change(rows: pa.Table, mask: pa.ChunkedArray) -> pa.Table:
-        # Only the matching rows are evaluated: a value that would not fit in a row
-        # the condition excludes must not fail the update (SQL evaluates SET per row).
-        selected = rows.filter(mask)
-        updated = selected
-        for column, value in assignments.items():  # every assignment sees the old row
-            index = selected.schema.get_field_index(column)
-            field = selected.schema.field(index)
-            if isinstance(value, pa.Scalar):
-                new = pa.chunked_array([pa.repeat(value, selected.num_rows)], field.type)
-            else:
-                new = assign_values(column, field.type, sqlexpr.evaluate(value, selected))
-            updated = updated.set_column(index, field, new)
-        kept = rows.filter(pc.invert(mask))
-        return conform(pa.concat_tables([kept, updated]), schema, what="updated rows")
-
+    change = UpdateRows(table.schema, dict(set) if isinstance(set, Mapping) else set)
+    change.assignments()  # every mistake is raised before any file is read
     updated = rewrite_matching(table, where, change)
     table._tx._record_operation(
         "UPDATE",
@@ -72,6 +44,50 @@ def update(table: TxTable, where: str | None, set: Mapping[str, Any]) -> int:
         numUpdatedRows=updated,
     )
     return updated
+
+
+@dataclass(frozen=True)
+class UpdateRows:
+    """The change an UPDATE makes to one file's rows (picklable, for Spark executors).
+
+    Only matching rows are evaluated (a value that would not fit in an
+    excluded row must not fail), every assignment sees the row as it was,
+    values are cast with SQL assignment rules, and setting a partition column
+    moves the row to its new partition (the file writer splits by partition).
+    """
+
+    schema: pa.Schema
+    set: Mapping[str, Any]
+
+    def assignments(self) -> dict[str, sqlexpr.Expr | pa.Scalar]:
+        """Bind the assignments against the schema (raises on any mistake)."""
+        if not isinstance(self.set, Mapping) or not self.set:
+            raise InvalidExpression("update needs at least one column to set")
+        bound: dict[str, sqlexpr.Expr | pa.Scalar] = {}
+        for column, value in self.set.items():
+            if column not in self.schema.names:
+                raise SchemaMismatch(
+                    f"update sets unknown column {column!r}; the table has {self.schema.names}"
+                )
+            if isinstance(value, str):
+                bound[column] = sqlexpr.bind(sqlexpr.parse(value), self.schema)
+            else:
+                bound[column] = literal_value(column, self.schema.field(column).type, value)
+        return bound
+
+    def __call__(self, rows: pa.Table, mask: pa.ChunkedArray) -> pa.Table:
+        selected = rows.filter(mask)
+        updated = selected
+        for column, value in self.assignments().items():
+            index = selected.schema.get_field_index(column)
+            field = selected.schema.field(index)
+            if isinstance(value, pa.Scalar):
+                new = pa.chunked_array([pa.repeat(value, selected.num_rows)], field.type)
+            else:
+                new = assign_values(column, field.type, sqlexpr.evaluate(value, selected))
+            updated = updated.set_column(index, field, new)
+        kept = rows.filter(pc.invert(mask))
+        return conform(pa.concat_tables([kept, updated]), self.schema, what="updated rows")
 
 
 def assign_values(

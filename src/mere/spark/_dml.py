@@ -15,18 +15,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mere import expr as sqlexpr
 from mere.database import connect
-from mere.errors import InvalidExpression, SchemaMismatch
+from mere.errors import InvalidExpression
 from mere.log.actions import AddFile
-from mere.ops.update import assign_values, literal_value
-from mere.schema import conform
+from mere.ops.update import UpdateRows
 from mere.spark import _core
 from mere.spark._files import (
     Rewritten,
@@ -51,49 +48,6 @@ class DeleteRows:
 
     def __call__(self, rows: pa.Table, mask: pa.ChunkedArray) -> pa.Table:
         return rows.filter(pc.invert(mask))
-
-
-@dataclass(frozen=True)
-class UpdateRows:
-    """The change of an UPDATE, with the semantics of ``TxTable.update``.
-
-    Only matching rows are evaluated (a value that would not fit in an
-    excluded row must not fail), values are cast with SQL assignment rules,
-    and setting a partition column moves the row to its new partition (the
-    file writer splits by partition).
-    """
-
-    schema: pa.Schema
-    set: dict[str, Any]
-
-    def assignments(self) -> dict[str, sqlexpr.Expr | pa.Scalar]:
-        """Bind the assignments against the schema (raises on any mistake)."""
-        if not isinstance(self.set, Mapping) or not self.set:
-            raise InvalidExpression("update needs at least one column to set")
-        bound: dict[str, sqlexpr.Expr | pa.Scalar] = {}
-        for column, value in self.set.items():
-            if column not in self.schema.names:
-                raise SchemaMismatch(
-                    f"update sets unknown column {column!r}; the table has {self.schema.names}"
-                )
-            if isinstance(value, str):
-                bound[column] = sqlexpr.bind(sqlexpr.parse(value), self.schema)
-            else:
-                bound[column] = literal_value(column, self.schema.field(column).type, value)
-        return bound
-
-    def __call__(self, rows: pa.Table, mask: pa.ChunkedArray) -> pa.Table:
-        selected = rows.filter(mask)
-        for column, value in self.assignments().items():
-            index = selected.schema.get_field_index(column)
-            field = selected.schema.field(index)
-            if isinstance(value, pa.Scalar):
-                new = pa.chunked_array([pa.repeat(value, selected.num_rows)], field.type)
-            else:
-                new = assign_values(column, field.type, sqlexpr.evaluate(value, selected))
-            selected = selected.set_column(index, field, new)
-        kept = rows.filter(pc.invert(mask))
-        return conform(pa.concat_tables([kept, selected]), self.schema, what="updated rows")
 
 
 def _rewritten_to_json(r: Rewritten) -> str:
