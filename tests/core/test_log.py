@@ -124,3 +124,16 @@ def test_every_type_round_trips_through_the_schema_json(type_: pa.DataType) -> N
 
     schema = pa.schema([pa.field("c", type_, nullable=False)])
     assert schema_from_json(json.loads(json.dumps(schema_to_json(schema)))) == schema
+
+
+def test_time_travel_finds_the_checkpoint_below_without_listing_the_log() -> None:
+    from mere.storage import FaultyStore
+
+    store = FaultyStore(MemoryStore())
+    db = mere.connect(store, checkpoint_interval=5)
+    db.create_table("t", KV)
+    for i in range(12):
+        db.table("t").append([{"k": i, "v": str(i)}])
+    listings = store.calls["list"]
+    assert db.snapshot(7).table("t").scan().num_rows == 6  # from checkpoint 5, not 10
+    assert store.calls["list"] == listings

@@ -223,13 +223,22 @@ class Log:
 
     # --- checkpoints -----------------------------------------------------------
 
-    def checkpoint_at_or_below(self, version: int) -> int | None:
-        """The newest checkpoint version ``<= version``, or None."""
+    def checkpoint_at_or_below(self, version: int, interval: int | None = None) -> int | None:
+        """The newest checkpoint version ``<= version``, or None.
+
+        ``interval`` (the database's checkpoint interval, when known) lets time
+        travel find the automatic checkpoint below an old version with one
+        request instead of a listing of the whole log.
+        """
         hinted = self._read_hint(CHECKPOINT_HINT)
         if hinted is not None and hinted <= version and self.store.exists(checkpoint_key(hinted)):
             # A stale hint only costs extra replay; the listing below is for a
             # missing hint or a target older than it (time travel).
             return hinted
+        if interval and version >= interval:
+            candidate = version - version % interval
+            if self.store.exists(checkpoint_key(candidate)):
+                return candidate
         best = None
         for meta in self.store.list(LOG_PREFIX):
             parsed = parse_log_key(meta.key)

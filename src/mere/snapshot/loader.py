@@ -26,7 +26,7 @@ def load_state(log: Log, version: int, cached: DatabaseState | None = None) -> D
     try:
         if cached is not None and 0 <= version - cached.version <= MAX_INCREMENTAL_REPLAY:
             return replay(log, cached, version)
-        checkpoint = log.checkpoint_at_or_below(version)
+        checkpoint = log.checkpoint_at_or_below(version, _interval(cached))
         if checkpoint is not None:
             start = DatabaseState.from_checkpoint(log.read_checkpoint(checkpoint))
             return replay(log, start, version)
@@ -53,3 +53,11 @@ def replay(log: Log, state: DatabaseState, version: int) -> DatabaseState:
     if version > state.version:
         state = state.apply_many(log.read_commits(state.version + 1, version))
     return state
+
+
+def _interval(state: DatabaseState | None) -> int | None:
+    """The checkpoint interval a known state records, if any."""
+    try:
+        return int(state.properties["checkpointInterval"]) if state is not None else None
+    except (KeyError, ValueError):
+        return None
