@@ -49,3 +49,13 @@ if [[ ",${extras}," == *",dev,"* ]] && ! azurite_ok; then
     exit 1
   }
 fi
+# spin (the SPIN model checker, from Debian) and a C compiler check the commit
+# protocol's Promela model in the tests; only for the dev extras.
+if [[ ",${extras}," == *",dev,"* ]] && ! command -v spin >/dev/null; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq spin gcc libc6-dev >/dev/null
+  else
+    echo "spin is missing: the model test needs it (apt-get install spin gcc)" >&2
+    exit 1
+  fi
+fi

@@ -556,6 +556,7 @@ from mere.cli.maintain import register as _register_maintenance  # noqa: E402
 
 _register_maintenance(cli)
 
+import mere.cli.verify  # noqa: E402 -- registers `mere verify`
 
 if __name__ == "__main__":
     main()

@@ -430,7 +430,7 @@ class Checker:
                 if op["v"] is None:
                     continue  # never executed (the client was killed)
                 read: list[int] = list(op["v"])
-                if op.get("bal") is not None:
+                if op.get("audit") and op.get("bal") is not None:
                     audit_total += sum(op["bal"])
                     audit_keys += 1
                 if key in own_last:

@@ -21,6 +21,7 @@ How a transaction ends is recorded the way Jepsen does:
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 import traceback
@@ -104,7 +105,7 @@ def run_transaction(
     record: dict[str, Any] = {"kind": "complete", "process": process, "n": n, "ops": []}
     try:
         tx = db.transaction(isolation=isolation)  # type: ignore[arg-type]
-    except MereError as exc:
+    except Exception as exc:  # nothing began: definitely not committed
         record.update(type="fail", error=type(exc).__name__)
         return record
     record["read_version"] = tx.read_version
@@ -129,6 +130,8 @@ def run_transaction(
 
 def client_main(spec: ClientSpec) -> None:
     """Entry point of a client process (module level, so ``spawn`` can import it)."""
+    if spec.faults:  # warnings about injected faults (orphans left behind) are expected
+        logging.getLogger("mere").setLevel(logging.ERROR)
     rng = random.Random(f"{spec.seed}/client/{spec.process}")
     values = ValueSource(spec.process)
     store = open_client_store(spec.uri, spec.faults, spec.seed * 7919 + spec.process)
@@ -156,8 +159,12 @@ def client_main(spec: ClientSpec) -> None:
             record["faults"] = dict(fired)
             out.write(record)
             n += 1
-    except BaseException:
+    except BaseException as exc:
         traceback.print_exc()
+        if not isinstance(exc, KeyboardInterrupt):
+            out.write(
+                {"kind": "crash", "process": spec.process, "error": traceback.format_exc()[-2000:]}
+            )
         raise
     finally:
         out.close()

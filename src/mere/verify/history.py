@@ -79,6 +79,8 @@ class History:
 
     txns: list[Txn]
     faults: Counter[str] = field(default_factory=Counter)
+    #: Client processes that died of an exception: "p<process>: <traceback tail>".
+    crashes: list[str] = field(default_factory=list)
 
     def by_id(self) -> dict[str, Txn]:
         return {t.id: t for t in self.txns}
@@ -143,6 +145,7 @@ def assemble(paths: Iterable[Path]) -> History:
     """
     txns: list[Txn] = []
     faults: Counter[str] = Counter()
+    crashes: list[str] = []
     for path in sorted(paths):
         invoked: dict[int, dict[str, Any]] = {}
         completed: dict[int, dict[str, Any]] = {}
@@ -153,6 +156,8 @@ def assemble(paths: Iterable[Path]) -> History:
             elif record["kind"] == "complete":
                 completed[record["n"]] = record
                 last_faults = record.get("faults", last_faults)
+            elif record["kind"] == "crash":
+                crashes.append(f"p{record['process']}: {record['error'].strip()}")
         faults.update(last_faults)
         for n, inv in invoked.items():
             done = completed.get(n)
@@ -184,4 +189,4 @@ def assemble(paths: Iterable[Path]) -> History:
                     )
                 )
     txns.sort(key=lambda t: (t.start, t.process, t.n))
-    return History(txns, faults)
+    return History(txns, faults, crashes)

@@ -18,8 +18,9 @@ SHOWN_EXAMPLES = 3
 
 
 def write_json(result: RunResult, path: str | Path) -> None:
-    """Write the full JSON report (configuration, faults, counts, example anomalies)."""
-    Path(path).write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+    """Write the full JSON report: configuration, faults, counts, anomalies, and the history."""
+    text = json.dumps(result.to_json(history=True), indent=1)
+    Path(path).write_text(text + "\n", encoding="utf-8")
 
 
 def summary(result: RunResult) -> RenderableType:

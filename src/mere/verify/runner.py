@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -44,7 +44,7 @@ from mere.storage import ObjectStore, open_store
 from mere.verify.checker import ISOLATION_LEVELS, CheckResult, check
 from mere.verify.client import CLIENT_FAULTS, FAULTS, ClientSpec, client_main
 from mere.verify.history import History, assemble
-from mere.verify.truth import read_truth
+from mere.verify.truth import bank_totals_by_snapshot, read_truth
 from mere.verify.workloads import Workload
 
 #: A run never lasts longer than its duration (or this, for a transaction count) plus the check.
@@ -124,10 +124,11 @@ class RunResult:
     def valid(self) -> bool:
         return self.result.valid and not self.client_crashes
 
-    def to_json(self) -> dict[str, Any]:
-        config = {k: v for k, v in self.config.__dict__.items() if k != "workdir"}
+    def to_json(self, *, history: bool = False) -> dict[str, Any]:
+        """The report; with ``history``, every transaction of the run too."""
+        config = {k: v for k, v in asdict(self.config).items() if k != "workdir"}
         config["faults"] = list(self.config.faults)
-        return {
+        out = {
             "valid": self.valid,
             "config": config,
             "elapsed_seconds": round(self.elapsed, 3),
@@ -136,6 +137,9 @@ class RunResult:
             "client_crashes": self.client_crashes,
             "check": self.result.to_json(),
         }
+        if history:
+            out["history"] = [t.to_json() for t in self.history.txns]
+        return out
 
 
 @dataclass
@@ -317,6 +321,9 @@ def run(config: RunConfig, progress: Callable[[str], None] | None = None) -> Run
         history = assemble(workdir.glob("p*.jsonl"))
         say(f"{len(history.txns)} transactions recorded; checking")
         truth = read_truth(store, workload)
+        if workload.name == "bank" and truth.setup_version is not None:
+            say("reading every version's total through snapshots")
+            truth.bad_totals.update(bank_totals_by_snapshot(store, workload, truth.setup_version))
         result = check(history, truth, workload, config.isolation)
     finally:
         if own_workdir:
@@ -330,12 +337,10 @@ def run(config: RunConfig, progress: Callable[[str], None] | None = None) -> Run
         result=result,
         faults={k: faults[k] for k in sorted(faults)},
         elapsed=elapsed,
-        client_crashes=parent.crashes,
+        client_crashes=parent.crashes + history.crashes,
     )
 
 
 def rate(count: int, seconds: float) -> str:
     """``"12.3/s"``: a count per second, for summaries."""
-    if seconds <= 0 or math.isclose(seconds, 0.0):
-        return "-"
-    return f"{count / seconds:.1f}/s"
+    return f"{count / seconds:.1f}/s" if seconds > 0 else "-"

@@ -1,0 +1,210 @@
+"""A damaged or odd database directory: each case has a defined outcome, asserted here.
+
+These tests pin down what mere does today with:
+
+* unexpected files in ``_log/``, ``tables/`` and the root -- ignored;
+* a file named like a commit far beyond the log -- ignored while the
+  latest-version hint is good; without the hint the listing fallback takes it
+  as the latest version and every read fails with VersionNotFound;
+* a newer format version (in version 0, in a later commit, in a checkpoint)
+  -- FormatVersionError at and after it, older versions still readable;
+* a gap (a commit file missing in the middle of the log) -- versions below
+  it read; at and above it VersionNotFound. If the hint points below the
+  gap, discovery stops there: the database looks shorter, and the next
+  commit *fills the gap*, after which the orphaned commits above it are part
+  of the history again, on top of a base they were not written against;
+* a checkpoint that disagrees with the log -- trusted: versions at and after
+  it read the checkpoint's state; one claiming another version, or not
+  Parquet at all, is CorruptLog for versions at and after it.
+
+Whether each outcome is the right one is a decision for the format (see the
+report of the proof issue); these tests make any change to them deliberate.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import mere
+from mere.log.checkpoint import encode_checkpoint
+from mere.log.keys import CHECKPOINT_HINT, LATEST_HINT, checkpoint_key, commit_key
+from mere.storage import LocalStore
+
+COMMITS = 6  # appends of x = 0..5, at versions 2..7
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A database: version 1 creates table t, versions 2..7 append x = 0..5."""
+    path = tmp_path / "db"
+    db = mere.connect(str(path))
+    db.create_table("t", pa.schema([("x", pa.int64())]))
+    for i in range(COMMITS):
+        db.table("t").append([{"x": i}])
+    assert db.version == COMMITS + 1
+    db.close()
+    return path
+
+
+def xs(root: Path, version: int | None = None) -> list[int]:
+    db = mere.connect(str(root), create=False)
+    snapshot = db.snapshot(version=version)
+    return sorted(snapshot.table("t").scan().column("x").to_pylist())
+
+
+def set_hint(root: Path, key: str, version: int) -> None:
+    LocalStore(str(root)).put(key, json.dumps({"version": version}).encode())
+
+
+def remove(root: Path, key: str) -> None:
+    (root / key).unlink()
+
+
+# --- unexpected files ---------------------------------------------------------------------
+
+
+STRAY = [
+    "_log/notes.txt",
+    "_log/00000000000000000005.json.bak",
+    "_log/abc.json",
+    "_log/-1.json",
+    "_log/0000000000000000000x.json",
+    "_log/00000000000000000002.checkpoint.parquet.tmp",
+    "_log/5.json",
+    "tables/README",
+    "tables/0123/part-x.parquet",
+    "README.txt",
+]
+
+
+@pytest.mark.parametrize("hint", [True, False], ids=["with-hint", "without-hint"])
+def test_stray_files_are_ignored(root: Path, hint: bool) -> None:
+    for name in STRAY:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("garbage")
+    table_id = mere.connect(str(root), create=False).snapshot().table("t").id
+    (root / "tables" / table_id / "part-0000.parquet").write_text("not parquet")
+    if not hint:
+        remove(root, LATEST_HINT)
+    db = mere.connect(str(root), create=False)
+    assert db.version == COMMITS + 1
+    assert xs(root) == list(range(COMMITS))
+    assert xs(root, 3) == [0, 1]
+    db.table("t").append([{"x": 99}])
+    assert db.version == COMMITS + 2
+
+
+def test_a_stray_future_commit_name_is_ignored_only_while_the_hint_is_good(root: Path) -> None:
+    (root / "_log" / "00000000000000000100.json").write_text("garbage")
+    assert mere.connect(str(root), create=False).version == COMMITS + 1
+    remove(root, LATEST_HINT)
+    db = mere.connect(str(root), create=False)  # connecting only finds the latest version
+    with pytest.raises(mere.VersionNotFound, match=f"version {COMMITS + 2} does not exist"):
+        _ = db.version
+    assert xs(root, 3) == [0, 1]  # explicit older versions still read
+
+
+# --- format versions ------------------------------------------------------------------------
+
+
+def test_a_newer_format_in_version_0_refuses_the_database(root: Path) -> None:
+    path = root / commit_key(0)
+    text = path.read_text().replace('"formatVersion":1', '"formatVersion":2')
+    path.unlink()
+    path.write_text(text)
+    with pytest.raises(mere.FormatVersionError, match="format version 2"):
+        _ = mere.connect(str(root), create=False).version
+
+
+def test_a_newer_format_in_a_later_commit_refuses_it_and_what_follows(root: Path) -> None:
+    latest = COMMITS + 1
+    lines = (root / commit_key(latest)).read_text().splitlines()
+    lines.insert(1, json.dumps({"protocol": {"formatVersion": 2}}))
+    LocalStore(str(root)).put_if_absent(commit_key(latest + 1), ("\n".join(lines) + "\n").encode())
+    with pytest.raises(mere.FormatVersionError):
+        xs(root)
+    assert xs(root, latest) == list(range(COMMITS))
+
+
+def test_a_newer_checkpoint_format_is_refused(root: Path) -> None:
+    db = mere.connect(str(root), create=False)
+    state = db._state_at(5)
+    raw = encode_checkpoint(5, state.timestamp, list(state.live_actions()))
+    table = pq.read_table(pa.BufferReader(raw))
+    metadata = {**table.schema.metadata, b"mere.formatVersion": b"2"}
+    sink = pa.BufferOutputStream()
+    pq.write_table(table.replace_schema_metadata(metadata), sink)
+    LocalStore(str(root)).put_if_absent(checkpoint_key(5), bytes(sink.getvalue()))
+    with pytest.raises(mere.FormatVersionError, match="checkpoint"):
+        xs(root)
+    assert xs(root, 4) == [0, 1, 2]
+
+
+# --- a gap in the log ----------------------------------------------------------------------------
+
+
+def test_a_gap_makes_versions_from_it_unreadable(root: Path) -> None:
+    remove(root, commit_key(4))
+    db = mere.connect(str(root), create=False)
+    for read in (lambda: db.version, lambda: xs(root), lambda: xs(root, 4)):
+        with pytest.raises(mere.VersionNotFound, match="version 4 does not exist"):
+            read()
+    with pytest.raises(mere.VersionNotFound):
+        db.table("t").append([{"x": 99}])
+    assert xs(root, 3) == [0, 1]
+    remove(root, LATEST_HINT)  # the listing fallback finds the top, then the same gap
+    with pytest.raises(mere.VersionNotFound, match="version 4 does not exist"):
+        _ = mere.connect(str(root), create=False).version
+
+
+def test_a_gap_below_the_hint_is_filled_by_the_next_commit(root: Path) -> None:
+    """Hazard: with the hint below a gap, a writer commits into it and revives what follows."""
+    remove(root, commit_key(5))
+    set_hint(root, LATEST_HINT, 2)
+    db = mere.connect(str(root), create=False)
+    assert db.version == 4  # probing stops at the gap
+    assert db.table("t").append([{"x": 99}]) == 5  # the gap is filled
+    again = mere.connect(str(root), create=False)
+    assert again.version == COMMITS + 1  # the orphaned versions 6 and 7 are back
+    assert xs(root) == [0, 1, 2, 4, 5, 99]  # x=3 (old version 5) is gone, 99 sits before 4, 5
+    assert [h["version"] for h in again.history()] == list(range(COMMITS + 1, -1, -1))
+
+
+# --- checkpoints that disagree with the log -----------------------------------------------------
+
+
+def test_a_checkpoint_that_disagrees_with_the_log_is_trusted(root: Path) -> None:
+    db = mere.connect(str(root), create=False)
+    wrong = db._state_at(2)  # x = [0], written as the checkpoint of version 5
+    LocalStore(str(root)).put_if_absent(
+        checkpoint_key(5),
+        encode_checkpoint(5, db._state_at(5).timestamp, list(wrong.live_actions())),
+    )
+    set_hint(root, CHECKPOINT_HINT, 5)
+    assert xs(root, 4) == [0, 1, 2]  # below it: the log
+    assert xs(root, 5) == [0]  # at it: the checkpoint, silently (the log says [0..3])
+    assert xs(root) == [0, 4, 5]  # above it: the checkpoint plus the commits after it
+
+
+def test_a_checkpoint_claiming_another_version_is_corrupt(root: Path) -> None:
+    db = mere.connect(str(root), create=False)
+    state = db._state_at(5)
+    LocalStore(str(root)).put_if_absent(
+        checkpoint_key(5), encode_checkpoint(4, state.timestamp, list(state.live_actions()))
+    )
+    with pytest.raises(mere.CorruptLog, match="claims version 4"):
+        xs(root)
+    assert xs(root, 4) == [0, 1, 2]
+
+
+def test_a_checkpoint_that_is_not_parquet_is_corrupt_from_its_version_on(root: Path) -> None:
+    LocalStore(str(root)).put_if_absent(checkpoint_key(5), b"garbage")
+    for version in (None, 5, 6):
+        with pytest.raises(mere.CorruptLog, match="unreadable Parquet"):
+            xs(root, version)
+    assert xs(root, 4) == [0, 1, 2]  # the log itself is intact, but is not used instead
