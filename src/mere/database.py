@@ -15,10 +15,8 @@ import pyarrow as pa
 
 from mere.data.writer import DEFAULT_TARGET_FILE_SIZE
 from mere.errors import (
-    CorruptLog,
     DatabaseNotFound,
     ObjectNotFound,
-    StorageError,
     TableNotFound,
     VersionNotFound,
 )
@@ -198,7 +196,7 @@ class Database:
     def _write_checkpoint(self, state: DatabaseState) -> None:
         try:
             self.log.write_checkpoint(state.version, state.timestamp, list(state.live_actions()))
-        except (StorageError, CorruptLog) as exc:  # the commit stands; the next one will try again
+        except Exception as exc:  # the commit stands, whatever happens here; a later one retries
             log.warning("could not write the checkpoint at version %d: %s", state.version, exc)
 
     @property

@@ -249,6 +249,27 @@ def _get(
     return value
 
 
+INT64_MAX = 2**63 - 1
+#: Timestamps are milliseconds from 1970 up to the end of year 9999.
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+
+
+def _count(obj: dict[str, Any], name: str, optional: bool = False) -> Any:
+    """A non-negative integer that fits in int64 (sizes, row counts, versions)."""
+    value = _get(obj, name, int, optional)
+    if value is not None and not 0 <= value <= INT64_MAX:
+        raise _Bad(f"field {name!r} is out of range ({value})")
+    return value
+
+
+def _ms(obj: dict[str, Any], name: str) -> int:
+    """A timestamp in milliseconds since the epoch, between 1970 and 9999."""
+    value: int = _get(obj, name, int)
+    if not 0 <= value <= MAX_TIMESTAMP_MS:
+        raise _Bad(f"timestamp {name!r} is out of range ({value})")
+    return value
+
+
 def _table_id(obj: dict[str, Any], name: str = "tableId") -> str:
     value = _get(obj, name, str)
     if not _TABLE_ID.match(value):
@@ -286,8 +307,8 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
             raise _Bad(f"unknown isolation level {isolation!r}")
         return CommitInfo(
             commit_id=_get(body, "commitId", str),
-            timestamp=_get(body, "timestamp", int),
-            read_version=_get(body, "readVersion", int, optional=True),
+            timestamp=_ms(body, "timestamp"),
+            read_version=_count(body, "readVersion", optional=True),
             isolation=isolation,
             operation=_get(body, "operation", str),
             parameters=_get(body, "operationParameters", dict, optional=True) or {},
@@ -296,17 +317,17 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
             is_blind_append=_get(body, "isBlindAppend", bool, optional=True) is True,
         )
     if kind == "protocol":
-        return Protocol(_get(body, "formatVersion", int))
+        return Protocol(_count(body, "formatVersion"))
     if kind == "database":
         return DatabaseMeta(
             _get(body, "id", str),
             _str_dict(body.get("properties", {}), "properties"),
-            _get(body, "createdTime", int),
+            _ms(body, "createdTime"),
         )
     if kind == "metadata":
         try:
             schema = schema_from_json(body.get("schema"))
-        except (ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+        except (ValueError, KeyError, TypeError, OverflowError, pa.ArrowException) as exc:
             raise _Bad(f"invalid schema: {exc}") from None
         parts = _get(body, "partitionColumns", list)
         if not all(isinstance(p, str) and p in schema.names for p in parts):
@@ -317,7 +338,7 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
             schema,
             tuple(parts),
             _str_dict(body.get("properties", {}), "properties"),
-            _get(body, "createdTime", int),
+            _ms(body, "createdTime"),
         )
     if kind == "add":
         table_id = _table_id(body)
@@ -325,11 +346,11 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
         return AddFile(
             table_id=table_id,
             path=_data_path(table_id, _get(body, "path", str)),
-            size=_get(body, "size", int),
-            rows=_get(body, "rows", int),
+            size=_count(body, "size"),
+            rows=_count(body, "rows"),
             partition_values=_str_dict(body.get("partitionValues", {}), "partitionValues", True),
             stats=stats,
-            modification_time=_get(body, "modificationTime", int),
+            modification_time=_ms(body, "modificationTime"),
             data_change=bool(_get(body, "dataChange", bool, optional=True) is not False),
         )
     if kind == "remove":
@@ -337,16 +358,16 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
         return RemoveFile(
             table_id=table_id,
             path=_data_path(table_id, _get(body, "path", str)),
-            deletion_timestamp=_get(body, "deletionTimestamp", int),
+            deletion_timestamp=_ms(body, "deletionTimestamp"),
             data_change=bool(_get(body, "dataChange", bool, optional=True) is not False),
-            size=_get(body, "size", int, optional=True),
-            rows=_get(body, "rows", int, optional=True),
+            size=_count(body, "size", optional=True),
+            rows=_count(body, "rows", optional=True),
         )
     if kind == "dropTable":
         return DropTable(_table_id(body), _get(body, "name", str))
     if kind == "txn":
         return AppTxn(
-            _get(body, "appId", str), _get(body, "version", int), _get(body, "lastUpdated", int)
+            _get(body, "appId", str), _count(body, "version"), _ms(body, "lastUpdated")
         )
     raise _Bad(f"unknown action {kind!r}")
 
@@ -369,7 +390,7 @@ def decode_commit(key: str, version: int, data: bytes) -> Commit:
     for number, line in enumerate(lines, start=1):
         try:
             decoded.append(action_from_json(json.loads(line)))
-        except (_Bad, ValueError, RecursionError) as exc:
+        except (_Bad, ValueError, TypeError, OverflowError, RecursionError) as exc:
             raise CorruptLog(key, f"line {number}: {exc}") from None
     info = decoded[0]
     if not isinstance(info, CommitInfo):

@@ -29,6 +29,7 @@ from mere.log.actions import (
     TableMeta,
     _Bad,
     _data_path,
+    _str_dict,
     action_from_json,
     action_to_json,
 )
@@ -112,15 +113,20 @@ def decode_checkpoint(key: str, data: bytes) -> CheckpointData:
     if not table.schema.equals(CHECKPOINT_SCHEMA.with_metadata(table.schema.metadata)):
         raise CorruptLog(key, "unexpected checkpoint columns")
     actions: list[Action] = []
-    columns = {name: table.column(name).to_pylist() for name in table.column_names}
     try:
+        columns = {name: table.column(name).to_pylist() for name in table.column_names}
         for i, kind in enumerate(columns["kind"]):
             if kind == "add":
                 table_id, path = columns["table_id"][i], columns["path"][i]
                 if not isinstance(table_id, str) or not isinstance(path, str):
                     raise _Bad(f"row {i}: add without table id or path")
                 stats = columns["stats"][i]
-                parts = json.loads(columns["partition_values"][i] or "{}")
+                parts = _str_dict(
+                    json.loads(columns["partition_values"][i] or "{}"), "partitionValues", True
+                )
+                stats = None if stats is None else json.loads(stats)
+                if stats is not None and not isinstance(stats, dict):
+                    raise _Bad(f"row {i}: stats must be an object")
                 actions.append(
                     AddFile(
                         table_id=table_id,
@@ -128,7 +134,7 @@ def decode_checkpoint(key: str, data: bytes) -> CheckpointData:
                         size=_int(columns["size"][i]),
                         rows=_int(columns["rows"][i]),
                         partition_values=parts,
-                        stats=None if stats is None else json.loads(stats),
+                        stats=stats,
                         modification_time=_int(columns["modification_time"][i]),
                     )
                 )
@@ -146,6 +152,6 @@ def decode_checkpoint(key: str, data: bytes) -> CheckpointData:
 
 
 def _int(value: object) -> int:
-    if not isinstance(value, int):
-        raise _Bad("missing integer field")
+    if not isinstance(value, int) or value < 0:
+        raise _Bad("missing or negative integer field")
     return value

@@ -88,12 +88,9 @@ def file_ranges(table: TableMeta, add: AddFile) -> dict[str, sqlexpr.ColumnRange
         text = add.partition_values.get(col)
         value = None if text is None else from_text(text, table.schema.field(col).type).as_py()
         ranges[col] = sqlexpr.ColumnRange(value, value, add.rows if value is None else 0, add.rows)
-    stats = add.stats or {}
-    mins, maxs, nulls = (
-        stats.get("minValues") or {},
-        stats.get("maxValues") or {},
-        stats.get("nullCount") or {},
-    )
+    stats = add.stats if isinstance(add.stats, dict) else {}
+    # Statistics are only hints: anything malformed counts as unknown.
+    mins, maxs, nulls = (_mapping(stats.get(k)) for k in ("minValues", "maxValues", "nullCount"))
     for f in table.schema:
         if f.name in ranges:
             continue
@@ -108,6 +105,10 @@ def file_ranges(table: TableMeta, add: AddFile) -> dict[str, sqlexpr.ColumnRange
             add.rows,
         )
     return ranges
+
+
+def _mapping(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
 
 
 def _finish(plan: ScanPlan, data: pa.Table) -> pa.Table:
