@@ -73,7 +73,7 @@ def _run_threads(targets: list[Callable[[], None]]) -> None:
         def run() -> None:
             try:
                 target()
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 errors.append(exc)
 
         return run
