@@ -366,9 +366,7 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
     if kind == "dropTable":
         return DropTable(_table_id(body), _get(body, "name", str))
     if kind == "txn":
-        return AppTxn(
-            _get(body, "appId", str), _count(body, "version"), _ms(body, "lastUpdated")
-        )
+        return AppTxn(_get(body, "appId", str), _count(body, "version"), _ms(body, "lastUpdated"))
     raise _Bad(f"unknown action {kind!r}")
 
 
