@@ -93,25 +93,36 @@ def json_option(func: F) -> F:
     )(func)
 
 
-def snapshot_options(func: F) -> F:
-    """Add ``--version`` and ``--timestamp`` (time travel) to a command."""
-    func = click.option(
-        "--timestamp",
-        "at_timestamp",
-        type=IsoTimestamp(),
-        default=None,
-        metavar="ISO",
-        help="Read the newest version committed at or before this time "
-        "(ISO 8601; UTC when no offset is given).",
-    )(func)
-    return click.option(
-        "--version",
-        "at_version",
-        type=click.IntRange(min=0),
-        default=None,
-        metavar="N",
-        help="Read the database as of version N (default: the latest).",
-    )(func)
+def time_travel_options(*, version_help: str, timestamp_help: str) -> Callable[[F], F]:
+    """A decorator adding ``--version N`` and ``--timestamp ISO`` to a command."""
+
+    def add(func: F) -> F:
+        func = click.option(
+            "--timestamp",
+            "at_timestamp",
+            type=IsoTimestamp(),
+            default=None,
+            metavar="ISO",
+            help=timestamp_help,
+        )(func)
+        return click.option(
+            "--version",
+            "at_version",
+            type=click.IntRange(min=0),
+            default=None,
+            metavar="N",
+            help=version_help,
+        )(func)
+
+    return add
+
+
+#: ``--version`` / ``--timestamp`` for the commands that read a snapshot.
+snapshot_options = time_travel_options(
+    version_help="Read the database as of version N (default: the latest).",
+    timestamp_help="Read the newest version committed at or before this time "
+    "(ISO 8601; UTC when no offset is given).",
+)
 
 
 class IsoTimestamp(click.ParamType):

@@ -19,8 +19,13 @@ from typing import Any
 import click
 from rich.text import Text
 
-from mere.cli.main import IsoTimestamp as _IsoTimestamp
-from mere.cli.main import check_time_travel, json_option, open_database, wants_json
+from mere.cli.main import (
+    check_time_travel,
+    json_option,
+    open_database,
+    time_travel_options,
+    wants_json,
+)
 from mere.cli.output import console, emit_json, human_size, key_values, titled
 from mere.maintain.common import parse_duration
 from mere.maintain.delta import export_delta
@@ -88,23 +93,11 @@ def _columns(text: str | None, option: str) -> list[str] | None:
     return names
 
 
-def _time_travel(func: Any) -> Any:
-    func = click.option(
-        "--timestamp",
-        "at_timestamp",
-        type=_IsoTimestamp(),
-        default=None,
-        metavar="ISO",
-        help="The newest version committed at or before this time (ISO 8601; UTC by default).",
-    )(func)
-    return click.option(
-        "--version",
-        "at_version",
-        type=click.IntRange(min=0),
-        default=None,
-        metavar="N",
-        help="Version N.",
-    )(func)
+_time_travel = time_travel_options(
+    version_help="Version N.",
+    timestamp_help="The newest version committed at or before this time "
+    "(ISO 8601; UTC by default).",
+)
 
 
 # --- restore ----------------------------------------------------------------------
