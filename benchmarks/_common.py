@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -177,3 +178,27 @@ def print_machine() -> None:
         f"{info['cpus']} CPUs  load average {info.get('loadavg_1_5_15')}",
         flush=True,
     )
+
+
+def run_worker(script: Path, kind: str, path: Path, **kw: Any) -> dict[str, Any]:
+    """Run ``script --worker kind --path path --key value...`` and return its RESULT line.
+
+    Workers print ``RESULT <json>`` before exiting, so a crash at interpreter
+    exit (deltalake can abort with code 134 there) is recorded, not fatal.
+    """
+    cmd = [sys.executable, str(script), "--worker", kind, "--path", str(path)]
+    for k, v in kw.items():
+        cmd += [f"--{k.replace('_', '-')}", str(v)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    result = None
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("RESULT "):
+            result = json.loads(line[7:])
+        else:
+            print(line, end="", flush=True)
+    rc = proc.wait()
+    if result is None:
+        raise RuntimeError(f"{kind} failed (exit code {rc})")
+    result["exit_code"] = rc  # 134 from deltalake at shutdown is recorded, not fatal
+    return result

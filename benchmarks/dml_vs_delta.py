@@ -28,8 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -89,7 +87,7 @@ def build(workdir: Path, rows: int, chunk_rows: int) -> dict[str, Path]:
         if (workdir / f"{path.name}.done").exists():
             print(f"reusing {path}", flush=True)
             continue
-        r = run_worker(f"build-{engine}", path, rows=rows, chunk=chunk_rows)
+        r = c.run_worker(BENCH, f"build-{engine}", path, rows=rows, chunk=chunk_rows)
         (workdir / f"{path.name}.done").write_text(json.dumps(r))
     return paths
 
@@ -181,25 +179,6 @@ def worker(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(out, default=str), flush=True)
 
 
-def run_worker(kind: str, path: Path, **kw: Any) -> dict[str, Any]:
-    cmd = [sys.executable, str(BENCH), "--worker", kind, "--path", str(path)]
-    for k, v in kw.items():
-        cmd += [f"--{k.replace('_', '-')}", str(v)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    result = None
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.startswith("RESULT "):
-            result = json.loads(line[7:])
-        else:
-            print(line, end="", flush=True)
-    rc = proc.wait()
-    if result is None:
-        raise RuntimeError(f"{kind} failed (exit code {rc})")
-    result["exit_code"] = rc  # 134 from deltalake at shutdown is recorded, not fatal
-    return result
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--rows", type=int, default=10_000_000)
@@ -237,7 +216,9 @@ def main() -> None:
                 if work.exists():
                     shutil.rmtree(work)
                 shutil.copytree(paths[e], work)
-                r = run_worker(f"{op}-{e}", work, rows=args.rows, merge_rows=args.merge_rows)
+                r = c.run_worker(
+                    BENCH, f"{op}-{e}", work, rows=args.rows, merge_rows=args.merge_rows
+                )
                 shutil.rmtree(work)
                 times[op][e].append(r["seconds"])
                 details[op][e].append(r)

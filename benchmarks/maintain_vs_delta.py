@@ -40,8 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -154,25 +152,6 @@ def worker(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(out, default=str), flush=True)
 
 
-def run_worker(kind: str, path: Path, **kw: Any) -> dict[str, Any]:
-    cmd = [sys.executable, str(BENCH), "--worker", kind, "--path", str(path)]
-    for k, v in kw.items():
-        cmd += [f"--{k}", str(v)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    result = None
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.startswith("RESULT "):
-            result = json.loads(line[7:])
-        else:
-            print(line, end="", flush=True)
-    rc = proc.wait()
-    if result is None:
-        raise RuntimeError(f"{kind} failed (exit code {rc})")
-    result["exit_code"] = rc  # 134 from deltalake at shutdown is recorded, not fatal
-    return result
-
-
 def ensure_built(workdir: Path, n: int, interval: int) -> dict[str, Any]:
     paths = {e: workdir / f"{e}-{n}" for e in ("mere", "delta")}
     procs = {}
@@ -187,7 +166,7 @@ def ensure_built(workdir: Path, n: int, interval: int) -> dict[str, Any]:
 
     with cf.ThreadPoolExecutor(2) as ex:
         futs = {
-            e: ex.submit(run_worker, f"build-{e}", p[0], n=n, interval=interval)
+            e: ex.submit(c.run_worker, BENCH, f"build-{e}", p[0], n=n, interval=interval)
             for e, p in procs.items()
         }
         for e, f in futs.items():
@@ -229,7 +208,7 @@ def main() -> None:
     opens: dict[str, list[float]] = {"mere": [], "delta": []}
     for _ in range(args.opens):  # interleaved
         for e in ("mere", "delta"):
-            r = run_worker(f"open-{e}", paths[e])
+            r = c.run_worker(BENCH, f"open-{e}", paths[e])
             opens[e].append(r["seconds"])
     payload["open_seconds"] = opens
     om, od = c.median(opens["mere"]), c.median(opens["delta"])
@@ -246,7 +225,7 @@ def main() -> None:
                     shutil.rmtree(work)
                 shutil.copytree(paths[e], work)
                 print(f"  {e} compact+vacuum rep {rep + 1}", flush=True)
-                maint[e].append(run_worker(f"maint-{e}", work))
+                maint[e].append(c.run_worker(BENCH, f"maint-{e}", work))
                 shutil.rmtree(work)
         payload["maintenance"] = maint
         for key, label in (("compact_seconds", "compact"), ("vacuum_seconds", "vacuum")):
