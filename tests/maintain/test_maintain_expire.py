@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,16 +17,22 @@ HOUR = timedelta(hours=1)
 
 
 def build(db: mere.Database, versions: int) -> dict[int, float]:
-    """Commit appends up to ``versions``; return each version's commit time (s) after a pause."""
+    """Commit appends up to ``versions``; return per version a moment (s) before the next commit.
+
+    The moments come from the commit timestamps in the log, not from the wall clock the
+    test reads, so a clock step on the machine cannot put a moment on the wrong side of
+    a commit (CI once saw version 9 committed "before" a moment read after version 8).
+    """
     db.create_table("events", EVENTS)
-    times: dict[int, float] = {}
     n = 0
     while db.version < versions:
         db.table("events").append(events([n]))
         n += 1
         wait_a_little()
-        times[db.version] = time.time()
-    return times
+    stamps = [db.log.commit_timestamp(v) for v in range(versions + 1)]
+    moments = {v: (stamps[v] + stamps[v + 1]) / 2000 for v in range(versions)}
+    moments[versions] = stamps[versions] / 1000 + 0.001
+    return moments
 
 
 def log_versions(db: mere.Database) -> tuple[list[int], list[int]]:
