@@ -10,6 +10,7 @@ histories edited to lie (a deliberately broken client) must be caught.
 from __future__ import annotations
 
 import copy
+import io
 import json
 import subprocess
 import sys
@@ -17,11 +18,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 from mere.cli.main import cli
 from mere.storage import open_store
 from mere.verify import RunConfig, RunResult, VerifyError, check, read_truth, run
 from mere.verify.history import History, Txn
+from mere.verify.report import summary
 
 pytestmark = [
     pytest.mark.slow,
@@ -235,3 +238,63 @@ def test_usage_errors(tmp_path: Path) -> None:
         cli, ["verify", str(tmp_path / "a"), "--duration", "1", "--transactions", "3"]
     )
     assert out.exit_code == 2
+
+
+# --- a deliberately broken build: conflict detection switched off --------------------------------
+
+
+def test_a_build_without_conflict_detection_is_caught(shared_dir: Path) -> None:
+    """The test-only switch turns conflict detection off; serializable must then fail.
+
+    Few keys, reads then appends: exactly the write skew the serializable
+    conflict rules prevent. With the rules off, the checker has to find
+    G-single or G2 (or the conflict it should have raised) and the verdict
+    must be invalid.
+    """
+    found: set[str] = set()
+    for seed in range(3):
+        result = run(
+            RunConfig(
+                uri=str(shared_dir / f"broken{seed}"),
+                isolation="serializable",
+                processes=4,
+                transactions=150,
+                tables=1,
+                keys=2,
+                seed=seed,
+                unsafe_disable_conflict_detection=True,
+            )
+        )
+        found = {k for k, v in result.result.counts.items() if v}
+        if found & {"G-single", "G2"}:
+            break
+    assert found & {"G-single", "G2"}, found
+    assert not result.valid
+    assert set(result.result.forbidden_found) & {"G-single", "G2"}
+    assert result.result.outcomes.get("fail", 0) == 0  # nothing was refused: the build is broken
+    assert "BROKEN BUILD" in _rendered(result)
+
+
+def test_the_switch_reaches_the_command_and_is_reported(
+    shared_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MERE_UNSAFE_DISABLE_CONFLICT_DETECTION", "1")
+    out = CliRunner().invoke(
+        cli,
+        [
+            "verify",
+            str(shared_dir / "db"),
+            *("--processes", "4", "--transactions", "200", "--tables", "1", "--keys", "2"),
+            *("--seed", "3", "--json"),
+        ],
+    )
+    data = json.loads(out.output)
+    assert data["config"]["unsafe_disable_conflict_detection"] is True
+    assert out.exit_code == 3, out.output
+    assert set(data["check"]["forbidden_found"]) & {"G-single", "G2", "rw-conflict-missed"}
+
+
+def _rendered(result: RunResult) -> str:
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(summary(result))
+    return console.export_text()

@@ -18,6 +18,7 @@ import click
 from mere.cli.main import CliError, cli, json_option, one_line, wants_json
 from mere.cli.output import console, emit_json
 from mere.errors import MereError
+from mere.txn.conflicts import conflict_detection_disabled
 from mere.verify.checker import ISOLATION_LEVELS
 from mere.verify.client import FAULTS
 from mere.verify.report import print_summary, write_json
@@ -136,6 +137,7 @@ def verify(
         isolation=isolation,
         faults=faults,
         seed=seed,
+        unsafe_disable_conflict_detection=conflict_detection_disabled(),
     )
     as_json = wants_json(ctx, as_json)
 

@@ -31,6 +31,7 @@ If no rule fires the transaction rebases onto the winner and retries.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -38,6 +39,19 @@ from mere import errors
 from mere.log.actions import AddFile, AppTxn, Commit, DropTable, Protocol, RemoveFile, TableMeta
 from mere.names import name_key
 from mere.snapshot.state import DatabaseState
+
+UNSAFE_DISABLE_SWITCH = "MERE_UNSAFE_DISABLE_CONFLICT_DETECTION"
+"""Environment variable that, set to ``1``, turns conflict detection off.
+
+For testing the isolation checker only (``mere verify`` must catch the anomalies
+this lets through); never set it anywhere else. Every transaction then rebases
+over every winner, so serializable silently degrades below snapshot isolation.
+"""
+
+
+def conflict_detection_disabled() -> bool:
+    """True when the test-only :data:`UNSAFE_DISABLE_SWITCH` is set."""
+    return os.environ.get(UNSAFE_DISABLE_SWITCH) == "1"
 
 
 @dataclass(frozen=True)
@@ -75,6 +89,8 @@ def check_winner(tx: TxFootprint, before: DatabaseState, winner: Commit) -> None
     ``before`` is the state just below the winner, used to tell a table's
     creation from a change of its metadata and to name tables in errors.
     """
+    if conflict_detection_disabled():
+        return
     v = winner.version
     adds: dict[str, list[AddFile]] = {}
     removes: dict[str, list[RemoveFile]] = {}

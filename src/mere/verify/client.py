@@ -22,6 +22,7 @@ How a transaction ends is recorded the way Jepsen does:
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 import traceback
@@ -33,6 +34,7 @@ from typing import Any
 from mere.database import Database, connect
 from mere.errors import CommitOutcomeUnknown, ConflictError, MereError
 from mere.storage import Fault, FaultyStore, ObjectStore, open_store
+from mere.txn.conflicts import UNSAFE_DISABLE_SWITCH
 from mere.verify.history import HistoryWriter, MicroOp, app_id
 from mere.verify.workloads import ValueSource, Workload
 
@@ -55,6 +57,7 @@ class ClientSpec:
     quota: int | None  # transactions to run, or None to run until the deadline
     deadline: float | None  # time.time() at which to stop
     faults: tuple[str, ...] = field(default_factory=tuple)
+    unsafe_disable_conflict_detection: bool = False  # test-only: a broken mere, for the checker
 
 
 def client_faults(kinds: tuple[str, ...]) -> list[Fault]:
@@ -132,6 +135,8 @@ def client_main(spec: ClientSpec) -> None:
     """Entry point of a client process (module level, so ``spawn`` can import it)."""
     if spec.faults:  # warnings about injected faults (orphans left behind) are expected
         logging.getLogger("mere").setLevel(logging.ERROR)
+    if spec.unsafe_disable_conflict_detection:
+        os.environ[UNSAFE_DISABLE_SWITCH] = "1"
     rng = random.Random(f"{spec.seed}/client/{spec.process}")
     values = ValueSource(spec.process)
     store = open_client_store(spec.uri, spec.faults, spec.seed * 7919 + spec.process)

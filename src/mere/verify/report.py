@@ -34,6 +34,15 @@ def summary(result: RunResult) -> RenderableType:
     run.add_row("workload", f"{config.workload} ({config.tables} tables x {config.keys} keys)")
     run.add_row("isolation", config.isolation)
     run.add_row("clients", str(config.processes))
+    if config.unsafe_disable_conflict_detection:
+        run.add_row(
+            Text("BROKEN BUILD", style="bold red"),
+            Text(
+                "conflict detection was disabled (MERE_UNSAFE_DISABLE_CONFLICT_DETECTION=1): "
+                "this run tests the checker, not mere",
+                style="bold red",
+            ),
+        )
     total = len(result.history.txns)
     run.add_row(
         "transactions",

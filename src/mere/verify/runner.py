@@ -78,6 +78,12 @@ class RunConfig:
     seed: int = 0
     max_ops: int = 4
     workdir: str | None = None
+    unsafe_disable_conflict_detection: bool = False
+    """Test-only: clients run with conflict detection off, a deliberately broken mere.
+
+    It shows the checker catching what a broken build lets through. ``mere verify``
+    turns it on only when ``MERE_UNSAFE_DISABLE_CONFLICT_DETECTION=1`` is set.
+    """
 
     def validate(self) -> None:
         """Raise VerifyError for a configuration that cannot run."""
@@ -182,6 +188,7 @@ class _Parent:
             quota=quota,
             deadline=self.deadline,
             faults=tuple(f for f in self.config.faults if f in CLIENT_FAULTS),
+            unsafe_disable_conflict_detection=self.config.unsafe_disable_conflict_detection,
         )
         proc = self.context.Process(
             target=client_main, args=(spec,), name=f"verify-p{process_id}", daemon=True
