@@ -22,7 +22,7 @@ from mere.txn.conflicts import conflict_detection_disabled
 from mere.verify.checker import ISOLATION_LEVELS
 from mere.verify.client import FAULTS
 from mere.verify.report import print_summary, write_json
-from mere.verify.runner import RunConfig, run
+from mere.verify.runner import DEFAULT_TIME_LIMIT, MAX_RUN_SECONDS, RunConfig, run
 from mere.verify.workloads import WORKLOADS
 
 #: Exit status of a run whose history holds an anomaly the isolation level forbids.
@@ -59,7 +59,7 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str | None) -> tu
 )
 @click.option(
     "--duration",
-    type=click.FloatRange(min=0, min_open=True),
+    type=click.FloatRange(min=0, min_open=True, max=MAX_RUN_SECONDS),
     default=None,
     metavar="SECONDS",
     help="Run for this long (default 10 s unless --transactions is given).",
@@ -70,6 +70,14 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str | None) -> tu
     default=None,
     metavar="N",
     help="Run N transactions in total instead of for a duration.",
+)
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(min=0, min_open=True, max=MAX_RUN_SECONDS),
+    default=DEFAULT_TIME_LIMIT,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --transactions: fail if the clients have not finished after this long.",
 )
 @click.option("--keys", type=click.IntRange(1, 10_000), default=5, show_default=True)
 @click.option("--tables", type=click.IntRange(1, 100), default=2, show_default=True)
@@ -104,6 +112,7 @@ def verify(
     processes: int,
     duration: float | None,
     transactions: int | None,
+    time_limit: float,
     keys: int,
     tables: int,
     isolation: str,
@@ -114,8 +123,9 @@ def verify(
 ) -> None:
     """Check that concurrent transactions on URI are isolated as promised.
 
-    Creates a database at URI (a local path or file:// URI that holds no
-    database yet; memory:// is refused, as clients are separate processes),
+    Creates a database at URI (a local path, file://, s3://, az:// or gs://
+    location that holds no database yet; memory:// is refused, as clients are
+    separate processes; cloud credentials come from the environment),
     runs the workload from --processes clients, records every transaction,
     and checks the history against the log for lost and duplicated writes and
     the Adya anomalies G0, G1a, G1b, G1c, G-single and G2.
@@ -132,6 +142,7 @@ def verify(
         processes=processes,
         duration=duration,
         transactions=transactions,
+        time_limit=time_limit,
         keys=keys,
         tables=tables,
         isolation=isolation,

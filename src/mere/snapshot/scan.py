@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 
 import pyarrow as pa
 
@@ -38,7 +39,15 @@ class ScanPlan:
         """False when the file cannot hold a row matching the filter."""
         if self.predicate is None:
             return True
-        return sqlexpr.may_match(self.predicate, file_ranges(self.table, add), add.rows)
+        ranges = file_ranges(self.table, add, self._skip_columns)
+        return sqlexpr.may_match(self.predicate, ranges, add.rows)
+
+    @cached_property
+    def _skip_columns(self) -> frozenset[str]:
+        """The columns the filter names: the only statistics skipping decodes."""
+        if self.predicate is None:
+            return frozenset()
+        return frozenset(sqlexpr.referenced_columns(self.predicate))
 
     def select(self, files: Iterable[AddFile]) -> list[AddFile]:
         return [f for f in files if self.matches(f)]
@@ -81,10 +90,14 @@ def plan_scan(table: TableMeta, columns: Sequence[str] | None, filter: str | Non
     return ScanPlan(table, out, predicate, read_columns)
 
 
-def file_ranges(table: TableMeta, add: AddFile) -> dict[str, sqlexpr.ColumnRange]:
-    """What the log knows about each column of one file, for data skipping."""
+def file_ranges(
+    table: TableMeta, add: AddFile, columns: frozenset[str] | None = None
+) -> dict[str, sqlexpr.ColumnRange]:
+    """What the log knows about each column of one file (or of ``columns``), for data skipping."""
     ranges: dict[str, sqlexpr.ColumnRange] = {}
     for col in table.partition_columns:
+        if columns is not None and col not in columns:
+            continue
         text = add.partition_values.get(col)
         value = None if text is None else from_text(text, table.schema.field(col).type).as_py()
         ranges[col] = sqlexpr.ColumnRange(value, value, add.rows if value is None else 0, add.rows)
@@ -92,7 +105,7 @@ def file_ranges(table: TableMeta, add: AddFile) -> dict[str, sqlexpr.ColumnRange
     # Statistics are only hints: anything malformed counts as unknown.
     mins, maxs, nulls = (_mapping(stats.get(k)) for k in ("minValues", "maxValues", "nullCount"))
     for f in table.schema:
-        if f.name in ranges:
+        if f.name in ranges or (columns is not None and f.name not in columns):
             continue
         stored = physical_name(f)
         null_count = nulls.get(stored)

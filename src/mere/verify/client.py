@@ -144,10 +144,11 @@ def client_main(spec: ClientSpec) -> None:
     try:
         db = _connect(store)
         n = 0
+        known = 0  # the latest version this client has seen: picks list-append's keys
         while (spec.quota is None or n < spec.quota) and (
             spec.deadline is None or time.time() < spec.deadline
         ):
-            plan = spec.workload.plan(rng, values)
+            plan = spec.workload.plan(rng, values, known)
             out.write(
                 {
                     "kind": "invoke",
@@ -160,6 +161,7 @@ def client_main(spec: ClientSpec) -> None:
             )
             record = run_transaction(db, spec.workload, spec.isolation, plan, spec.process, n)
             record["time"] = time.time()
+            known = max(known, record.get("read_version") or 0, record.get("version") or 0)
             fired: Counter[str] = store.fired if isinstance(store, FaultyStore) else Counter()
             record["faults"] = dict(fired)
             out.write(record)

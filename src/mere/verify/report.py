@@ -31,7 +31,11 @@ def summary(result: RunResult) -> RenderableType:
     run = Table.grid(padding=(0, 2))
     run.add_column(style="bold")
     run.add_column()
-    run.add_row("workload", f"{config.workload} ({config.tables} tables x {config.keys} keys)")
+    workload = config.make_workload()
+    keys = f"{config.tables} tables x {config.keys} keys"
+    if workload.generation_versions:
+        keys += f", fresh keys every {workload.generation_versions} versions"
+    run.add_row("workload", f"{config.workload} ({keys})")
     run.add_row("isolation", config.isolation)
     run.add_row("clients", str(config.processes))
     if config.unsafe_disable_conflict_detection:

@@ -47,8 +47,12 @@ from mere.verify.history import History, assemble
 from mere.verify.truth import bank_totals_by_snapshot, read_truth
 from mere.verify.workloads import Workload
 
-#: A run never lasts longer than its duration (or this, for a transaction count) plus the check.
-MAX_RUN_SECONDS = 900.0
+#: The longest a run may last (its duration, or its time limit with a transaction count).
+MAX_RUN_SECONDS = 86_400.0
+#: How long a run with a transaction count may take before it gives up, by default.
+DEFAULT_TIME_LIMIT = 3_600.0
+#: Extra seconds the clients get past the duration or time limit to finish and write.
+FINISH_GRACE = 120.0
 #: Seconds between two kills, and between two stale hints (uniformly drawn).
 KILL_INTERVAL = (0.5, 1.5)
 #: At most one kill per this many transactions of the quota (a run with a count).
@@ -78,6 +82,8 @@ class RunConfig:
     seed: int = 0
     max_ops: int = 4
     workdir: str | None = None
+    time_limit: float = DEFAULT_TIME_LIMIT
+    """With ``transactions``: give up (an error) when the clients are not done after this."""
     unsafe_disable_conflict_detection: bool = False
     """Test-only: clients run with conflict detection off, a deliberately broken mere.
 
@@ -104,6 +110,8 @@ class RunConfig:
             raise VerifyError("give a duration or a transaction count, not both")
         if self.duration is not None and not (0 < self.duration <= MAX_RUN_SECONDS):
             raise VerifyError(f"the duration must be in (0, {MAX_RUN_SECONDS:g}] seconds")
+        if not (0 < self.time_limit <= MAX_RUN_SECONDS):
+            raise VerifyError(f"the time limit must be in (0, {MAX_RUN_SECONDS:g}] seconds")
         if self.transactions is not None and self.transactions < 1:
             raise VerifyError("the transaction count must be at least 1")
         try:
@@ -248,14 +256,17 @@ class _Parent:
             if config.transactions is not None
             else math.inf
         )
-        give_up = time.time() + (config.duration or MAX_RUN_SECONDS) + 120.0
+        give_up = time.time() + (config.duration or config.time_limit) + FINISH_GRACE
         next_kill = time.time() + self.rng.uniform(*KILL_INTERVAL)
         next_stale = time.time() + self.rng.uniform(*STALE_HINT_INTERVAL)
         try:
             while any(s.proc.is_alive() for s in self.slots):
                 now = time.time()
                 if now > give_up:
-                    raise VerifyError("the clients did not finish in time")
+                    raise VerifyError(
+                        "the clients did not finish in time",
+                        help="run fewer --transactions, or raise --time-limit",
+                    )
                 if "kill" in config.faults and now >= next_kill and self.fired["kill"] < max_kills:
                     if self.kill_one():
                         next_kill = now + self.rng.uniform(*KILL_INTERVAL)

@@ -220,7 +220,7 @@ def read_truth(store: ObjectStore, workload: Workload) -> LogTruth:
             total = sum(balances.values())
             if total != workload.initial_total():
                 truth.bad_totals[version] = total
-    truth.finish(workload.keys_of())
+    truth.finish(workload.keys_of(latest))
     return truth
 
 

@@ -11,7 +11,10 @@ rows:
   filtered scans (``k = K``) and appends rows with fresh values to others. The
   state of a key is its values in append order (commit order, then the order
   within the commit). mere's scans promise no row order, so the checker compares
-  a read with a state as a multiset and takes the order from the log.
+  a read with a state as a multiset and takes the order from the log. Like
+  Elle's ``max-writes-per-key``, the workload moves on to fresh keys as the log
+  grows (every :attr:`Workload.generation_versions` versions), so a key collects
+  a bounded number of appends and a read stays cheap however long the run is.
 * **register**: each key is one row, created by the setup. A transaction reads
   keys, writes them (``update``; an ``append`` when the key was deleted) and
   deletes them (``delete``), sometimes writing a key twice (so that a read of
@@ -42,6 +45,8 @@ if TYPE_CHECKING:
 
 #: Values of client ``p`` are ``p * VALUE_SPACE + i``; process 0 is the setup.
 VALUE_SPACE = 10_000_000
+#: List-append moves to fresh keys after about this many versions per key in use.
+VERSIONS_PER_KEY = 10
 INITIAL_BALANCE = 100
 WORKLOADS = ("list-append", "register", "bank")
 
@@ -97,8 +102,21 @@ class Workload:
             fields.append(pa.field("balance", pa.int64()))
         return pa.schema(fields)
 
-    def keys_of(self) -> list[tuple[str, int]]:
-        return [(t, k) for t in self.table_names for k in range(self.keys)]
+    @property
+    def generation_versions(self) -> int | None:
+        """List-append's key generation length in log versions (None: the keys never change).
+
+        Keys in use at version ``V`` are ``g * keys .. g * keys + keys - 1`` with
+        ``g = V // generation_versions``. With about one append per commit, a key
+        collects some ``VERSIONS_PER_KEY`` appends before the workload moves on.
+        """
+        return self.tables * self.keys * VERSIONS_PER_KEY if self.ordered else None
+
+    def keys_of(self, upto_version: int = 0) -> list[tuple[str, int]]:
+        """Every key a transaction planned at a version up to ``upto_version`` may touch."""
+        span = self.generation_versions
+        count = self.keys * (upto_version // span + 1) if span else self.keys
+        return [(t, k) for t in self.table_names for k in range(count)]
 
     # --- setup -------------------------------------------------------------------
 
@@ -129,21 +147,31 @@ class Workload:
 
     # --- planning ------------------------------------------------------------------
 
-    def plan(self, rng: random.Random, values: Callable[[], int]) -> list[MicroOp]:
-        """A random transaction's micro-operations, with the values it will write."""
+    def plan(
+        self, rng: random.Random, values: Callable[[], int], version: int = 0
+    ) -> list[MicroOp]:
+        """A random transaction's micro-operations, with the values it will write.
+
+        ``version`` is the latest version the client knows of; it picks
+        list-append's key generation.
+        """
         if self.name == "list-append":
-            return self._plan_list_append(rng, values)
+            return self._plan_list_append(rng, values, version)
         if self.name == "register":
             return self._plan_register(rng, values)
         return self._plan_bank(rng, values)
 
-    def _key(self, rng: random.Random) -> tuple[str, int]:
-        return rng.choice(self.table_names), rng.randrange(self.keys)
+    def _key(self, rng: random.Random, version: int = 0) -> tuple[str, int]:
+        span = self.generation_versions
+        base = (version // span) * self.keys if span else 0
+        return rng.choice(self.table_names), base + rng.randrange(self.keys)
 
-    def _plan_list_append(self, rng: random.Random, values: Callable[[], int]) -> list[MicroOp]:
+    def _plan_list_append(
+        self, rng: random.Random, values: Callable[[], int], version: int
+    ) -> list[MicroOp]:
         ops: list[MicroOp] = []
         for _ in range(rng.randint(1, self.max_ops)):
-            t, k = self._key(rng)
+            t, k = self._key(rng, version)
             if rng.random() < 0.5:
                 ops.append({"f": "r", "t": t, "k": k, "v": None})
             else:
