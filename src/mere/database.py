@@ -37,6 +37,7 @@ from mere.storage import ObjectStore, open_store
 from mere.txn.transaction import (
     DEFAULT_ISOLATION,
     DEFAULT_MAX_COMMIT_ATTEMPTS,
+    STALE_SNAPSHOT_SECONDS,
     Isolation,
     SchemaMode,
     Transaction,
@@ -127,6 +128,7 @@ class Database:
         self.target_file_size = target_file_size
         self._lock = threading.Lock()
         self._cached: DatabaseState | None = None
+        self._known: tuple[int, float] | None = None  # (version seen committed, monotonic time)
         latest = self.log.latest_version()
         if latest is None:
             if not create:
@@ -135,6 +137,8 @@ class Database:
                     help="connect with create=True to create one",
                 )
             self._create(checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL)
+        else:
+            self._saw_committed(latest)
 
     @property
     def uri(self) -> str:
@@ -172,16 +176,36 @@ class Database:
         return state
 
     def _latest_state(self) -> DatabaseState:
-        latest = self.log.latest_version()
+        latest = self.log.latest_version(known=self.known_version())
         if latest is None:
             raise DatabaseNotFound(f"the database at {self.uri} has no log any more")
+        self._saw_committed(latest)
         return self._state_at(latest)
+
+    def known_version(self) -> int | None:
+        """The newest version this client saw committed in the last ``STALE_SNAPSHOT_SECONDS``.
+
+        Discovery may start there without asking the store whether it exists:
+        expiry never removes the latest version, nor one younger than its
+        minimum retention, so such a version cannot have vanished since.
+        """
+        with self._lock:
+            known = self._known
+        if known is None or time.monotonic() - known[1] > STALE_SNAPSHOT_SECONDS:
+            return None
+        return known[0]
+
+    def _saw_committed(self, version: int) -> None:
+        with self._lock:
+            if self._known is None or version >= self._known[0]:
+                self._known = (version, time.monotonic())
 
     def _committed(self, state: DatabaseState) -> None:
         """After a commit: cache the new state, update the hint, checkpoint when due."""
         with self._lock:
             if self._cached is None or state.version > self._cached.version:
                 self._cached = state
+        self._saw_committed(state.version)
         self.log.write_latest_hint(state.version)
         if state.version % self.checkpoint_interval(state) == 0:
             self._write_checkpoint(state)
@@ -244,17 +268,23 @@ class Database:
         Raises:
             TableNotFound: no such table at the latest version.
         """
-        if self._latest_state().table_by_name(check_table_name(name)) is None:
+        state = self._latest_state()
+        if state.table_by_name(check_table_name(name)) is None:
             raise TableNotFound(name)
-        return Table(self, name)
+        return Table(self, name, state)
 
     def transaction(
         self, isolation: Isolation = DEFAULT_ISOLATION, *, max_commit_attempts: int | None = None
     ) -> Transaction:
         """Begin a transaction on the latest version (see :class:`Transaction`)."""
+        return self._begin(self._latest_state(), isolation, max_commit_attempts)
+
+    def _begin(
+        self, state: DatabaseState, isolation: Isolation, max_commit_attempts: int | None = None
+    ) -> Transaction:
         return Transaction(
             self,
-            self._latest_state(),
+            state,
             isolation,
             max_commit_attempts=max_commit_attempts or self.max_commit_attempts,
             target_file_size=self.target_file_size,
@@ -371,12 +401,30 @@ class Database:
         return export(self, target_uri, version=version, tables=tables, mode=mode)
 
 
+#: How long after ``db.table(name)`` its first append may start from the state it resolved.
+HANDLE_REUSE_SECONDS = 1.0
+
+
 class Table:
     """A table by name at the latest version; each call is a one-statement transaction."""
 
-    def __init__(self, db: Database, name: str) -> None:
+    def __init__(self, db: Database, name: str, resolved: DatabaseState | None = None) -> None:
         self._db = db
         self.name = name
+        self._resolved = None if resolved is None else (resolved, time.monotonic())
+
+    def _take_resolved(self) -> DatabaseState | None:
+        """The state ``db.table(name)`` resolved the handle at, once, if it is a moment old.
+
+        ``db.table("t").append(rows)`` then finds the latest version once, not
+        twice. Only appends use it: a blind append commits at the newest version
+        whatever version it starts from (it rebases over every commit in
+        between), so starting a moment earlier changes nothing but a request.
+        """
+        resolved, self._resolved = self._resolved, None
+        if resolved is None or time.monotonic() - resolved[1] > HANDLE_REUSE_SECONDS:
+            return None
+        return resolved[0]
 
     def _snapshot(self) -> TableSnapshot:
         return Snapshot(self._db.store, self._db._latest_state()).table(self.name)
@@ -391,7 +439,13 @@ class Table:
 
     def append(self, data: Any, *, schema_mode: SchemaMode = "strict") -> int:
         """Append rows in a transaction of their own; returns the committed version."""
-        with self._db.transaction() as tx:
+        resolved = self._take_resolved()
+        begin = (
+            self._db.transaction()
+            if resolved is None
+            else self._db._begin(resolved, DEFAULT_ISOLATION)
+        )
+        with begin as tx:
             tx.table(self.name).append(data, schema_mode=schema_mode)
         assert tx.commit_version is not None
         return tx.commit_version

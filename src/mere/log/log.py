@@ -57,10 +57,21 @@ class Log:
 
     # --- discovery -------------------------------------------------------------
 
-    def latest_version(self) -> int | None:
-        """The newest committed version, or None if the database does not exist."""
-        start = self._read_hint(LATEST_HINT)
-        if start is None or not self.store.exists(commit_key(start)):
+    def latest_version(self, known: int | None = None) -> int | None:
+        """The newest committed version, or None if the database does not exist.
+
+        ``known`` is a version the caller saw committed recently (within
+        ``STALE_SNAPSHOT_SECONDS``, so it cannot have been expired since): probing
+        starts there without checking that it exists, which saves a request per
+        discovery for a client that keeps committing. The hint is only trusted
+        after its version is seen to exist.
+        """
+        start = known
+        hint = self._read_hint(LATEST_HINT)
+        if hint is not None and (known is None or hint > known):
+            if self.store.exists(commit_key(hint)):
+                start = hint
+        if start is None:
             return self._latest_by_listing(None)
         version = start
         for _ in range(MAX_PROBES):

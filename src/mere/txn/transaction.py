@@ -564,7 +564,8 @@ class Transaction:
                 # Back off before looking for the latest version, so the next try
                 # starts from what is newest after the pause, not before it.
                 time.sleep(random.uniform(0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2**attempt)))
-            latest = self._db.log.latest_version()
+            # We just lost at ``version``: it exists, so discovery may start there.
+            latest = self._db.log.latest_version(known=version)
             base = self._rebase(base, max(version, latest or version))
         raise RetriesExhausted(
             f"gave up after {self.max_commit_attempts} attempts to commit",
