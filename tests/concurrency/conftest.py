@@ -1,4 +1,5 @@
-"""Shared machinery of the multi-process tests: child processes, and reading every version.
+"""Shared machinery of the multi-process tests: child processes, where the database lives,
+and reading every version.
 
 Children are real OS processes started with "forkserver" (or "spawn" where
 that is missing), never "fork": the pytest process may run threads, and
@@ -8,6 +9,11 @@ milliseconds instead of re-importing pyarrow.
 
 Every wait on a child is bounded by :data:`WAIT`; whatever a test leaves
 running is killed at teardown.
+
+A test that takes the ``location`` fixture runs on a local directory and on
+Azurite (``az://`` URIs, marked ``azure``; the session's server from
+``tests/cloud/cloud_servers.py``). Children reach the store through the URI and
+storage options, which pickle, never through a store object (stores refuse to).
 """
 
 from __future__ import annotations
@@ -15,8 +21,10 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.process
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +32,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import mere
+from mere.storage import LocalStore, ObjectStore, open_store
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cloud"))
+import cloud_servers  # tests/cloud is no package: found through sys.path
 
 WAIT = 60.0  # upper bound for any single wait on a child process
 
@@ -100,6 +112,43 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "db"
 
 
+@dataclass
+class Location:
+    """Where a test's database lives: a URI and the storage options every process opens it with.
+
+    ``local_root`` is the directory of a local database (None elsewhere), for
+    the checks only a filesystem allows (temp files, which listings hide).
+    """
+
+    uri: str
+    storage_options: dict[str, Any] | None = None
+    local_root: Path | None = None
+
+    def __post_init__(self) -> None:
+        #: The database's object store, for the parent's checks.
+        self.store = open_store(self.uri, self.storage_options)
+        self.data_files = DataFiles(self.store)
+
+    def connect(self, **kwargs: Any) -> mere.Database:
+        """A new connection (nothing cached) to the database."""
+        return mere.connect(self.uri, storage_options=self.storage_options, **kwargs)
+
+
+@pytest.fixture(params=["local", pytest.param("azure", marks=pytest.mark.azure)])
+def location(request: pytest.FixtureRequest, db_path: Path) -> Iterator[Location]:
+    """A fresh database location on each backend: a local directory, or Azurite."""
+    if request.param == "local":
+        where = Location(str(db_path), local_root=db_path)
+    else:
+        server = cloud_servers.azurite()  # skips without Azurite (fails under CI=true)
+        prefix = cloud_servers.unique_prefix("concurrency")
+        where = Location(
+            f"az://{cloud_servers.BUCKET}/{prefix}", cloud_servers.azure_options(server.endpoint)
+        )
+    yield where
+    where.store.close()
+
+
 class DataFiles:
     """Reads a table's rows at any version from its data files, each file read only once.
 
@@ -110,8 +159,8 @@ class DataFiles:
     becomes linear. Tests cross-check this against ``scan()`` at some versions.
     """
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
         self._rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
     def rows(self, table: mere.TableSnapshot) -> list[dict[str, Any]]:
@@ -120,8 +169,8 @@ class DataFiles:
         for add in table.files:
             key = (table.id, add.path)
             if key not in self._rows:
-                path = self.root / "tables" / table.id / add.path
-                self._rows[key] = pq.read_table(path).to_pylist()
+                data = self.store.open_input(f"tables/{table.id}/{add.path}")
+                self._rows[key] = pq.read_table(data).to_pylist()
             rows.extend(self._rows[key])
         return rows
 
@@ -132,4 +181,5 @@ class DataFiles:
 
 @pytest.fixture
 def data_files(db_path: Path) -> DataFiles:
-    return DataFiles(db_path)
+    """Data files of the local database at ``db_path``."""
+    return DataFiles(LocalStore(db_path))

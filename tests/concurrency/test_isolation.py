@@ -6,6 +6,8 @@ A transaction reads keys (``scan(filter="k = ?")``) and appends rows with
 globally unique values, in random order, then commits. Each worker records
 everything: the version the transaction read, what every read returned, what
 it appended, and how the commit ended (its version, or the conflict raised).
+The database is a local directory, or a container on Azurite (``az://``,
+marked ``azure``): the same workers and checks, through the ``ObjectStore`` API.
 
 From the records alone the test then rebuilds what each key held at every
 version -- the rows appended by transactions committed at or below it -- and
@@ -132,11 +134,18 @@ def _run_transaction(
     return record
 
 
-def _worker(db_path: str, isolation: str, worker: int, out_path: str, barrier: Any) -> None:
+def _worker(
+    uri: str,
+    storage_options: dict[str, Any] | None,
+    isolation: str,
+    worker: int,
+    out_path: str,
+    barrier: Any,
+) -> None:
     """Run TRANSACTIONS random transactions (seeded per worker) and save their records."""
     rng = random.Random(f"{SEED}-{isolation}-{worker}")
     plans = [_plan(rng) for _ in range(TRANSACTIONS)]
-    db = mere.connect(db_path)
+    db = mere.connect(uri, storage_options=storage_options)
     barrier.wait(WAIT)  # all workers start together
     records = [_run_transaction(db, isolation, plan, worker, n) for n, plan in enumerate(plans)]
     Path(out_path).write_text(json.dumps(records))
@@ -204,12 +213,13 @@ class History:
         ]
 
 
-def _run_workers(db_path: Path, isolation: str, processes: Any, tmp_path: Path) -> History:
+def _run_workers(location: Any, isolation: str, processes: Any, tmp_path: Path) -> History:
     """Start the workers together, wait for them, and gather their records."""
     barrier = processes.context.Barrier(WORKERS)
     outputs = [tmp_path / f"worker-{w}.json" for w in range(WORKERS)]
     for w, out in enumerate(outputs):
-        processes.start(_worker, str(db_path), isolation, w, str(out), barrier, name=f"worker-{w}")
+        args = (location.uri, location.storage_options, isolation, w, str(out), barrier)
+        processes.start(_worker, *args, name=f"worker-{w}")
     processes.join(timeout=3 * WAIT)
     return History([record for out in outputs for record in json.loads(out.read_text())])
 
@@ -228,11 +238,11 @@ def check_reads_see_their_snapshot(history: History) -> None:
 
 
 def check_log_is_the_committed_transactions(
-    db_path: Path, history: History, setup_version: int, data_files: Any
+    location: Any, history: History, setup_version: int
 ) -> None:
     """One version per committed transaction; each version holds exactly what was committed."""
-    latest = mere.connect(db_path).version
-    db = mere.connect(db_path)  # nothing cached: each version replays one commit
+    latest = location.connect().version
+    db = location.connect()  # nothing cached: each version replays one commit
     committed = history.committed
     writers = [r for r in history.records if r["outcome"] == "committed" and not is_read_only(r)]
     assert len(committed) == len(writers), "two commits reported the same version"
@@ -245,7 +255,7 @@ def check_log_is_the_committed_transactions(
     for version in range(setup_version, latest + 1):
         snapshot = db.snapshot(version)
         for table in TABLES:
-            rows = data_files.rows(snapshot.table(table))
+            rows = location.data_files.rows(snapshot.table(table))
             actual = Counter((row["k"], row["val"]) for row in rows)
             assert actual == history.table_at(table, version), (version, table)
     # The same through the library's own filtered scans, at some versions.
@@ -268,16 +278,22 @@ def is_blind_append(record: dict[str, Any]) -> bool:
     return not any(op["op"] == "read" for op in record["ops"])
 
 
-def check_conflicted_transactions_left_no_files(db_path: Path) -> None:
-    """Every data file on disk belongs to the table at the latest version: a conflicted
+def check_conflicted_transactions_left_no_files(location: Any) -> None:
+    """Every data file in the store belongs to the table at the latest version: a conflicted
     transaction deleted what it wrote (docs/format.md §8), and nothing else is left over."""
-    latest = mere.connect(db_path).snapshot()
+    latest = location.connect().snapshot()
     referenced = {
-        f"{latest.table(t).id}/{f.path}" for t in latest.tables() for f in latest.table(t).files
+        f"tables/{latest.table(t).id}/{f.path}"
+        for t in latest.tables()
+        for f in latest.table(t).files
     }
-    tables = db_path / "tables"
-    on_disk = {p.relative_to(tables).as_posix() for p in tables.rglob("*") if p.is_file()}
-    assert on_disk == referenced, f"left over: {sorted(on_disk - referenced)[:5]}"
+    stored = {meta.key for meta in location.store.list("tables/")}
+    assert stored == referenced, f"left over: {sorted(stored - referenced)[:5]}"
+    if location.local_root is not None:  # a listing hides temp files; the disk does not
+        root = location.local_root
+        on_disk = {p.relative_to(root).as_posix() for p in (root / "tables").rglob("*")}
+        files = {key for key in on_disk if (root / key).is_file()}
+        assert files == stored, f"not listed: {sorted(files - stored)[:5]}"
 
 
 def not_serializable_in_log_order(history: History) -> list[str]:
@@ -334,22 +350,22 @@ def check_conflicts_are_truthful(history: History, isolation: str, latest: int) 
 
 @pytest.mark.parametrize("isolation", ["serializable", "write_serializable", "snapshot"])
 def test_concurrent_transactions_read_their_snapshot_and_commit_atomically(
-    isolation: str, db_path: Path, tmp_path: Path, processes: Any, data_files: Any
+    isolation: str, location: Any, tmp_path: Path, processes: Any
 ) -> None:
-    db = mere.connect(db_path, checkpoint_interval=10)
+    db = location.connect(checkpoint_interval=10)
     with db.transaction() as setup:
         for table in TABLES:
             setup.create_table(table, SCHEMA)
     setup_version = db.version
 
-    history = _run_workers(db_path, isolation, processes, tmp_path)
+    history = _run_workers(location, isolation, processes, tmp_path)
 
     outcomes = history.outcomes()
     errors = [r["error"] for r in history.records if r["outcome"] == "error"]
     assert not errors, f"unexpected errors: {errors[:5]}"
     check_reads_see_their_snapshot(history)
-    check_log_is_the_committed_transactions(db_path, history, setup_version, data_files)
-    check_conflicted_transactions_left_no_files(db_path)
+    check_log_is_the_committed_transactions(location, history, setup_version)
+    check_conflicted_transactions_left_no_files(location)
     check_conflicts_are_truthful(history, isolation, db.version)
     skewed = not_serializable_in_log_order(history)
     read_only = sum(is_read_only(r) for r in history.records if r["outcome"] == "committed")

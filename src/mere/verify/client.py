@@ -58,6 +58,9 @@ class ClientSpec:
     deadline: float | None  # time.time() at which to stop
     faults: tuple[str, ...] = field(default_factory=tuple)
     unsafe_disable_conflict_detection: bool = False  # test-only: a broken mere, for the checker
+    #: The parent's environment (cloud credentials...): a fork server's child inherits the
+    #: server's, which dates from whenever the server started.
+    environ: dict[str, str] | None = None
 
 
 def client_faults(kinds: tuple[str, ...]) -> list[Fault]:
@@ -133,6 +136,9 @@ def run_transaction(
 
 def client_main(spec: ClientSpec) -> None:
     """Entry point of a client process (module level, so ``spawn`` can import it)."""
+    if spec.environ is not None:
+        os.environ.clear()
+        os.environ.update(spec.environ)
     if spec.faults:  # warnings about injected faults (orphans left behind) are expected
         logging.getLogger("mere").setLevel(logging.ERROR)
     if spec.unsafe_disable_conflict_detection:

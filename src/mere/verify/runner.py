@@ -25,6 +25,7 @@ import math
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.process
+import os
 import random
 import shutil
 import tempfile
@@ -197,6 +198,7 @@ class _Parent:
             deadline=self.deadline,
             faults=tuple(f for f in self.config.faults if f in CLIENT_FAULTS),
             unsafe_disable_conflict_detection=self.config.unsafe_disable_conflict_detection,
+            environ=dict(os.environ),
         )
         proc = self.context.Process(
             target=client_main, args=(spec,), name=f"verify-p{process_id}", daemon=True
