@@ -1,8 +1,9 @@
 """A verify client: one OS process running transactions and recording them.
 
-The parent starts clients with the ``spawn`` start method, so a client is a
-fresh interpreter sharing nothing with the parent or its siblings but the
-object store. Each client connects through a
+The parent starts clients from a fork server (or with ``spawn``), never by
+forking itself, so a client shares nothing with the parent or its siblings
+but the object store; it takes the parent's environment from its spec, since
+a fork server started earlier holds an older one. Each client connects through a
 :class:`~mere.storage.FaultyStore` carrying the faults the run asked for,
 runs transactions until its quota or the deadline, and appends every
 invocation and completion to its own history file (see
