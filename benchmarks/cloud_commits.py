@@ -13,6 +13,10 @@ one run:
   acknowledged commit, including any lost races and rebases; commits/s is
   the acknowledged commits of all writers over the window.
 
+``requests per commit``: one process, 60 single-row appends through a store
+that counts and times every request (``_instrument.TimingStore``): how many
+requests of each kind a commit makes, and what they cost.
+
 Per writer it counts lost commit races (``Log.put_commit`` returning LOST),
 conflict errors (blind appends must never raise one) and the store's own
 transient-failure retries (``ObstoreStore.retries``). At the end of each run
@@ -37,6 +41,7 @@ import uuid
 from typing import Any
 
 import _common as c
+from _instrument import TimingStore
 
 REPO = c.BENCH_DIR.parent
 sys.path.insert(0, str(REPO / "tests" / "cloud"))
@@ -89,6 +94,32 @@ def raw_puts(backend: str, endpoint: str, n: int) -> dict[str, Any]:
     out = summarize(samples)
     out["store_retries"] = dict(store.retries)
     return out
+
+
+def request_split(backend: str, endpoint: str, commits: int = 60) -> dict[str, Any]:
+    """Requests per single-row append by one warm client, by operation and kind of object."""
+    store = TimingStore(open_store(backend, endpoint, f"split-{uuid.uuid4().hex[:12]}"))
+    db = mere.connect(store)
+    db.create_table("t", c.BASELINE_SCHEMA)
+    db.table("t").append([make_row(0)])  # warm: connections open, the log read once
+    store.reset()
+    t0 = time.perf_counter()
+    for i in range(1, commits + 1):
+        db.table("t").append([make_row(i)])
+    elapsed = time.perf_counter() - t0
+    split = store.snapshot()
+    db.close()
+    per_commit = {
+        f"{op} {kind}": {"calls": calls / commits, "ms": 1000 * seconds / commits}
+        for (op, kind), (seconds, calls, _bytes) in sorted(split.items())
+    }
+    return {
+        "commits": commits,
+        "requests_per_commit": sum(v["calls"] for v in per_commit.values()),
+        "ms_per_commit": 1000 * elapsed / commits,
+        "request_ms_per_commit": sum(v["ms"] for v in per_commit.values()),
+        "by_request": per_commit,
+    }
 
 
 def writer(
@@ -275,6 +306,16 @@ def main() -> None:
                 f"p99 {raw['p99_ms']:.2f} ms  (n={raw['n']})",
                 flush=True,
             )
+            split = request_split(backend, server.endpoint)
+            print(
+                f"  requests per commit: {split['requests_per_commit']:.2f} "
+                f"({split['request_ms_per_commit']:.1f} ms of {split['ms_per_commit']:.1f} ms): "
+                + ", ".join(
+                    f"{name} x{v['calls']:.2f} {v['ms']:.1f} ms"
+                    for name, v in split["by_request"].items()
+                ),
+                flush=True,
+            )
             runs = []
             for w in args.writers:
                 run = run_writers(ctx, backend, server.endpoint, w, args.duration)
@@ -290,7 +331,12 @@ def main() -> None:
                     flush=True,
                 )
                 runs.append(run)
-            results[backend] = {"server": name, "raw_put_if_absent_1KiB": raw, "writers": runs}
+            results[backend] = {
+                "server": name,
+                "raw_put_if_absent_1KiB": raw,
+                "requests_per_commit": split,
+                "writers": runs,
+            }
             rows = [
                 [
                     "raw put_if_absent 1 KiB",
