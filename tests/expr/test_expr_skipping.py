@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mere.expr import ColumnRange, bind, may_match, parse, to_arrow
+from mere.expr import ColumnRange, bind, may_match, must_match, parse, to_arrow
 
 UTC = dt.UTC
 SCHEMA = pa.schema(
@@ -383,3 +383,76 @@ def test_soundness_check_also_sees_pruning():
         assert possible or not matches
         pruned += not possible
     assert pruned > 50
+
+
+# --- must_match: every row matches ----------------------------------------------------------
+
+
+def covers(sql: str, ranges: dict[str, ColumnRange], rows: int = 100) -> bool:
+    return must_match(bind(parse(sql), SCHEMA), ranges, rows)
+
+
+@pytest.mark.parametrize(
+    ("sql", "covered"),
+    [
+        ("x >= 10", True),
+        ("x > 10", False),
+        ("x BETWEEN 0 AND 50", True),
+        ("x IN (1, 2)", False),
+        ("x IS NOT NULL", True),
+        ("y > -10", False),  # y has nulls: NULL is possible
+        ("y > -10 OR y IS NULL", False),  # sub-predicates taken as independent: conservative
+        ("country >= 'GB' AND x < 51", True),
+        ("NOT (x > 50)", True),
+        ("f < 3", False),  # a float may hold NaN, which compares FALSE
+        ("s LIKE '%'", True),
+        ("x * 2 > 0", False),  # not analysed
+    ],
+)
+def test_must_match(sql: str, covered: bool) -> None:
+    assert covers(sql, FILE) is covered
+
+
+def test_must_match_on_partition_values() -> None:
+    part = {"country": R("FR", "FR"), "x": R(1, 9)}
+    assert covers("country = 'FR'", part)
+    assert not covers("country = 'DE'", part)
+    assert covers("country IN ('FR', 'DE') AND x > 0", part)
+    null_part = {"country": ColumnRange(None, None, 100, 100)}
+    assert covers("country IS NULL", null_part)
+    assert not covers("country = 'FR'", null_part)
+    assert not covers("country = 'FR'", part, rows=0)  # an empty file holds nothing to delete
+
+
+@settings(
+    max_examples=400,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(
+    table=files(),
+    sql=predicates,
+    forget=st.sets(st.sampled_from(list(VALUES))),
+    vague=st.sets(st.sampled_from(list(VALUES)), max_size=2),
+)
+def test_must_match_is_sound(table, sql, forget, vague):
+    predicate = bind(parse(sql), table.schema)
+    if must_match(predicate, facts(table, forget, vague), table.num_rows):
+        assert table.filter(to_arrow(predicate)).num_rows == table.num_rows, sql
+
+
+def test_soundness_check_also_sees_covering():
+    """The random check above is only meaningful if must_match does say yes on such files."""
+    rng = random.Random(11)
+    covered = 0
+    for _ in range(300):
+        rows = rng.randint(1, 5)
+        table = pa.table({"i": pa.array([rng.randint(-4, 4) for _ in range(rows)], pa.int64())})
+        bound = rng.randint(-6, 6)
+        predicate = bind(parse(f"i > {bound}"), table.schema)
+        every = table.filter(to_arrow(predicate)).num_rows == rows
+        sure = must_match(predicate, facts(table, set(), set()), rows)
+        assert every or not sure
+        covered += sure
+    assert covered > 50

@@ -79,6 +79,36 @@ def test_delete_opens_and_replaces_only_the_file_that_can_match(
     assert ids(db.table("orders")) == [i for i in range(400) if i != 150]
 
 
+def test_delete_drops_files_it_covers_without_reading_them(
+    counted: tuple[mere.Database, FaultyStore],
+) -> None:
+    """Statistics show every row of files 1 and 2 matches; only file 3 is read and rewritten."""
+    db, store = counted
+    before_paths, before = paths(db), store.calls["open_input"]
+    assert db.table("orders").delete("id >= 100 AND id < 350") == 250
+    assert store.calls["open_input"] - before == 1
+    assert len(before_paths - paths(db)) == 3
+    assert len(paths(db) - before_paths) == 1  # file 3's 50 surviving rows
+    assert ids(db.table("orders")) == [*range(100), *range(350, 400)]
+    assert db.history(1)[0]["parameters"]["numDeletedRows"] == 250
+
+
+def test_a_partition_delete_reads_nothing() -> None:
+    store = FaultyStore(MemoryStore())
+    db = mere.connect(store)
+    four_files(db, partition_by=("country",))
+    before_paths, before = paths(db), store.calls["open_input"]
+    with db.transaction() as tx:
+        assert tx.table("orders").delete("country IN ('FR', 'GB')") == 200
+        assert ids(tx.table("orders")) == [i for i in range(400) if i % 4 in (0, 3)]
+    # Only the scan inside the transaction reads: the 8 files of the other countries.
+    assert store.calls["open_input"] - before == 8
+    gone = before_paths - paths(db)
+    assert len(gone) == 8 and all(p.startswith(("country=FR/", "country=GB/")) for p in gone)
+    assert paths(db) < before_paths  # nothing written
+    assert ids(db.table("orders")) == [i for i in range(400) if i % 4 in (0, 3)]
+
+
 def test_update_spanning_two_files_rewrites_exactly_those(
     counted: tuple[mere.Database, FaultyStore],
 ) -> None:

@@ -39,7 +39,7 @@ from mere.expr.ast import (
 )
 from mere.expr.bind import bind, is_boolean
 from mere.expr.parse import parse
-from mere.expr.skipping import ColumnRange, may_match
+from mere.expr.skipping import ColumnRange, may_match, must_match
 
 __all__ = [
     "And",
@@ -62,6 +62,7 @@ __all__ = [
     "evaluate",
     "is_boolean",
     "may_match",
+    "must_match",
     "parse",
     "referenced_columns",
     "to_arrow",

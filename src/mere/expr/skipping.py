@@ -102,6 +102,18 @@ def may_match(expr: ast.Expr, ranges: Mapping[str, ColumnRange], row_count: int)
     return T in _Analyzer(ranges).outcomes(expr)
 
 
+def must_match(expr: ast.Expr, ranges: Mapping[str, ColumnRange], row_count: int) -> bool:
+    """True only if every row of the file makes the bound predicate ``expr`` TRUE.
+
+    The mirror of :func:`may_match` over the same analysis: FALSE and NULL must
+    both be impossible. A delete uses it to drop a whole file without reading it
+    (a predicate on partition columns, or statistics that settle it).
+    """
+    if row_count <= 0:
+        return False
+    return _Analyzer(ranges).outcomes(expr) == frozenset((T,))
+
+
 class _Analyzer:
     def __init__(self, ranges: Mapping[str, ColumnRange]) -> None:
         self.ranges = ranges

@@ -21,6 +21,8 @@ def delete(table: TxTable, where: str) -> int:
     """
     if not isinstance(where, str) or not where.strip():
         raise InvalidExpression("delete needs a condition; to empty a table use overwrite")
-    deleted = rewrite_matching(table, where, lambda rows, mask: rows.filter(pc.invert(mask)))
+    deleted = rewrite_matching(
+        table, where, lambda rows, mask: rows.filter(pc.invert(mask)), drop_covered=True
+    )
     table._tx._record_operation("DELETE", table._id, predicate=where, numDeletedRows=deleted)
     return deleted

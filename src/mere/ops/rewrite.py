@@ -18,16 +18,24 @@ if TYPE_CHECKING:
 Change = Callable[[pa.Table, pa.ChunkedArray], pa.Table]
 
 
-def rewrite_matching(table: TxTable, where: str | None, change: Change) -> int:
+def rewrite_matching(
+    table: TxTable, where: str | None, change: Change, *, drop_covered: bool = False
+) -> int:
     """Rewrite every file holding rows that match ``where``; return how many matched.
 
     Files the statistics rule out are not read; files read but holding no
-    matching row are left alone. A NULL condition does not match (SQL).
+    matching row are left alone. A NULL condition does not match (SQL). With
+    ``drop_covered`` (a delete), a file whose partition values or statistics
+    show that every row matches is removed without being read.
     """
     tx, table_id = table._tx, table._id
     plan, files = tx._plan_read(table_id, None, where)
     matched = 0
     for add in files:
+        if drop_covered and plan.covers(add):
+            tx._remove_file(table_id, add)
+            matched += add.rows
+            continue
         rows = read_file(tx._db.store, plan.table, add, plan.table.schema.names)
         mask = match_mask(plan.predicate, rows)
         count = pc.sum(mask).as_py() or 0

@@ -42,6 +42,13 @@ class ScanPlan:
         ranges = file_ranges(self.table, add, self._skip_columns)
         return sqlexpr.may_match(self.predicate, ranges, add.rows)
 
+    def covers(self, add: AddFile) -> bool:
+        """True when every row of the file matches the filter (False without a filter)."""
+        if self.predicate is None:
+            return False
+        ranges = file_ranges(self.table, add, self._skip_columns)
+        return sqlexpr.must_match(self.predicate, ranges, add.rows)
+
     @cached_property
     def _skip_columns(self) -> frozenset[str]:
         """The columns the filter names: the only statistics skipping decodes."""
