@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import cloud_servers
 import pytest
 from cloud_servers import Cloud
-from fault_proxy import FaultProxy
+
+from mere.verify.http_proxy import FaultProxy
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,10 @@
 """A real ``mere verify`` run on Azurite: client processes, every fault, serializable.
 
+Every fault includes ``http``: the runner puts its fault-injecting proxy in
+front of Azurite and points the clients' ``AZURITE_BLOB_STORAGE_URL`` at it,
+so commit-file creates are answered 500 or cut off after they landed, and
+any request may be throttled (503), reset or delayed.
+
 verify's clients open the store from the URI alone (``open_store(uri)``), so
 Azurite is configured the way a user configures Azure: through environment
 variables, here ``AZURE_STORAGE_USE_EMULATOR`` (the development account and
@@ -29,7 +34,9 @@ pytestmark = [
     pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes and signals"),
 ]
 
-FAULTS = ("latency", "error-before", "error-after", "exists-after", "kill", "stale-hint")
+FAULTS = ("latency", "error-before", "error-after", "exists-after", "kill", "stale-hint", "http")
+#: The http fault's rules that must fire in a run of this size (see runner.http_rules).
+HTTP_FIRED = ("http-drop-after-commit", "http-500-after-commit", "http-503-before")
 
 
 def test_serializable_run_with_every_fault_is_valid(
@@ -62,6 +69,10 @@ def test_serializable_run_with_every_fault_is_valid(
     fired = result.faults
     for kind in ("delay", "error_before", "error_after", "exists_after", "kill", "stale-hint"):
         assert fired.get(kind, 0) > 0, fired
+    for kind in HTTP_FIRED:  # the clients really went through the proxy
+        assert fired.get(kind, 0) > 0, fired
+    assert not result.notes
+    assert result.to_json()["faults_fired"]["http-500-after-commit"] > 0
     assert check_result.outcomes["info"] >= 1  # killed clients leave indeterminate transactions
     store = open_store(uri)  # the run really went to Azurite
     try:

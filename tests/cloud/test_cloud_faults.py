@@ -21,10 +21,10 @@ import pyarrow as pa
 import pytest
 from cloud_history import Outcomes, check_history
 from cloud_servers import Cloud
-from fault_proxy import Fault, FaultProxy
 
 import mere
 from mere.errors import MereError
+from mere.verify.http_proxy import Fault, FaultProxy
 
 WRITERS = 3
 APPENDS = 5

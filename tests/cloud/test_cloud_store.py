@@ -19,7 +19,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from cloud_servers import Cloud
-from fault_proxy import Fault, FaultProxy
 
 import mere
 from mere.errors import AlreadyExists, InvalidKey, MereError, ObjectNotFound, StorageError
@@ -33,6 +32,7 @@ from mere.storage import (
     open_store,
 )
 from mere.storage._obstore import Redactor
+from mere.verify.http_proxy import Fault, FaultProxy
 
 SECRET = "s3cr3t-VALUE-that-must-never-leak-0123456789"
 CLOSED = "http://127.0.0.1:9"  # discard port: nothing listens, no request leaves the machine

@@ -93,7 +93,9 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str | None) -> tu
     callback=_faults,
     default="",
     metavar="LIST",
-    help=f"Comma-separated faults to inject: {', '.join(FAULTS)} (or all).",
+    help=f"Comma-separated faults to inject: {', '.join(FAULTS)} (or all). http puts a "
+    "fault-injecting proxy in front of a cloud store's plain-http endpoint (an emulator); "
+    "it is skipped on a local store and refused for an https endpoint.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds every random choice.")
 @click.option(

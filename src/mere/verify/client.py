@@ -39,9 +39,11 @@ from mere.txn.conflicts import UNSAFE_DISABLE_SWITCH
 from mere.verify.history import HistoryWriter, MicroOp, app_id
 from mere.verify.workloads import ValueSource, Workload
 
-#: Client-side fault kinds (``kill`` and ``stale-hint`` are done by the parent).
+#: Client-side fault kinds, injected by a FaultyStore around each client's store.
 CLIENT_FAULTS = ("latency", "error-before", "error-after", "exists-after")
-PARENT_FAULTS = ("kill", "stale-hint")
+#: Parent-side fault kinds: ``kill`` and ``stale-hint`` act on the clients and the log;
+#: ``http`` puts a fault-injecting proxy between the clients and a cloud store's endpoint.
+PARENT_FAULTS = ("kill", "stale-hint", "http")
 FAULTS = CLIENT_FAULTS + PARENT_FAULTS
 
 

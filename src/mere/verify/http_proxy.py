@@ -1,7 +1,11 @@
-"""A fault-injecting HTTP reverse proxy, to put in front of moto or Azurite.
+"""A fault-injecting HTTP reverse proxy, to put in front of an object store's endpoint.
 
-Point a store's endpoint at the proxy; it forwards each request to the real
-server, except when a :class:`Fault` rule fires:
+``mere verify --faults http`` runs one in the parent process in front of a
+cloud store's plain-http endpoint (an emulator such as Azurite or moto, or
+an S3-compatible server), and the client processes reach the store through
+it; the cloud tests (``tests/cloud``) put one in front of moto and Azurite.
+Point a store's endpoint at :attr:`FaultProxy.endpoint`; the proxy forwards
+each request to the real server, except when a :class:`Fault` rule fires:
 
 ================  ===========================================================
 kind              effect
@@ -19,10 +23,16 @@ kind              effect
 A rule applies to a request when its method is in ``methods`` and its
 ``path`` regex is found in the request path (which includes the query). Of the
 applying rules, the first (in order added) with ``times`` left that passes
-its ``probability`` roll fires; at most one fires per request. ``fired``
-counts firings by kind, ``requests`` counts requests by method.
+its ``probability`` roll fires; at most one fires per request. Each rule
+counts its own firings (``Fault.fired``); the proxy counts firings by kind
+(``fired``) and requests by method (``requests``).
 
-Everything runs on 127.0.0.1 in threads of the test process.
+The proxy listens on 127.0.0.1 and serves each connection in a thread of the
+process that started it. It speaks plain HTTP/1.1 only, on both sides: it
+cannot stand in front of an https endpoint (it would have to terminate TLS
+with a certificate the clients trust). Requests are forwarded with their
+headers unchanged, ``Host`` included, so signatures computed by the client
+for the proxy's address still verify at the server.
 """
 
 from __future__ import annotations
@@ -32,12 +42,15 @@ import random
 import re
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Literal
+from typing import Any, Literal
+
+__all__ = ["Fault", "FaultKind", "FaultProxy"]
 
 FaultKind = Literal["error_before", "error_after", "drop_after", "reset_before", "delay"]
 
@@ -55,7 +68,18 @@ _HOP_BY_HOP = {
 
 @dataclass
 class Fault:
-    """One injection rule (see the module docstring)."""
+    """One injection rule (see the module docstring).
+
+    Attributes:
+        kind: what the rule does to a request.
+        methods: the HTTP methods it applies to (PUT only by default).
+        path: a regex searched for in the request path and query ("" matches all).
+        status, code: the answer of ``error_before`` and ``error_after``.
+        probability: the chance that an applying request fires the rule.
+        times: how often it may fire at most (None: without limit).
+        delay: the seconds a ``delay`` rule waits.
+        fired: how often it has fired.
+    """
 
     kind: FaultKind
     methods: frozenset[str] = frozenset({"PUT"})
@@ -72,13 +96,25 @@ class Fault:
         self._pattern = re.compile(self.path)
 
     def applies(self, method: str, path: str) -> bool:
+        """Whether the rule covers a request (before its ``times`` and ``probability``)."""
         return method in self.methods and bool(self._pattern.search(path))
 
 
 class FaultProxy:
-    """A threaded reverse proxy to ``127.0.0.1:upstream_port`` that injects faults."""
+    """A threaded reverse proxy to ``upstream_host:upstream_port`` that injects faults.
 
-    def __init__(self, upstream_port: int, *, seed: int = 0) -> None:
+    Args:
+        upstream_port: the port of the real server.
+        upstream_host: its host (plain HTTP; 127.0.0.1 by default).
+        seed: seeds the probability rolls.
+
+    Use it as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(
+        self, upstream_port: int, *, upstream_host: str = "127.0.0.1", seed: int = 0
+    ) -> None:
+        self.upstream_host = upstream_host
         self.upstream_port = upstream_port
         self.faults: list[Fault] = []
         self.fired: Counter[str] = Counter()
@@ -93,24 +129,29 @@ class FaultProxy:
         class Handler(_ProxyHandler):
             owner = proxy
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def port(self) -> int:
+        """The port the proxy listens on (on 127.0.0.1)."""
         return int(self._server.server_address[1])
 
     @property
     def endpoint(self) -> str:
+        """``http://127.0.0.1:PORT``: what clients should use as the store's endpoint."""
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> FaultProxy:
+        """Start serving in a daemon thread; returns the proxy."""
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
+        """Stop serving and cut every open client connection."""
+        if self._thread.is_alive():  # shutdown() waits for a serve_forever() that must be running
+            self._server.shutdown()
         self._server.server_close()
         with self._lock:
             for sock in list(self._sockets):
@@ -127,11 +168,13 @@ class FaultProxy:
         self.stop()
 
     def add(self, fault: Fault) -> Fault:
+        """Add a rule after the existing ones; returns it (its ``fired`` counts its firings)."""
         with self._lock:
             self.faults.append(fault)
         return fault
 
     def clear(self) -> None:
+        """Remove every rule: from now on, requests are forwarded untouched."""
         with self._lock:
             self.faults.clear()
 
@@ -153,11 +196,24 @@ class FaultProxy:
         return None
 
     def track(self, sock: socket.socket, add: bool) -> None:
+        """Remember (or forget) a client connection, so that :meth:`stop` can cut it."""
         with self._lock:
             if add:
                 self._sockets.add(sock)
             else:
                 self._sockets.discard(sock)
+
+
+class _Server(ThreadingHTTPServer):
+    """The listening server: quiet about connections its clients broke off."""
+
+    def handle_error(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any
+    ) -> None:
+        """Ignore a client that went away (killed, or gave up); report anything else."""
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
 
 
 def _category(path: str) -> str:
@@ -172,6 +228,8 @@ def _category(path: str) -> str:
 
 
 class _ProxyHandler(BaseHTTPRequestHandler):
+    """Serves one client connection: reads each request, injects or forwards it."""
+
     owner: FaultProxy
     protocol_version = "HTTP/1.1"
     timeout = 60
@@ -194,13 +252,14 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
+        """Every method is proxied alike."""
         self._handle()
 
     do_PUT = do_POST = do_HEAD = do_DELETE = do_GET
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if size == 0:
@@ -223,7 +282,14 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             return
         if fault is not None and fault.kind == "delay":
             time.sleep(fault.delay)
-        status, reason, headers, payload = self._forward(body)
+        try:
+            status, reason, headers, payload = self._forward(body)
+        except (OSError, http.client.HTTPException):
+            # The server is unreachable or broke off: a gateway's answer, which
+            # clients read as "may have been applied".
+            self._send_error(Fault("error_after", status=502, code="BadGateway"))
+            self.close_connection = True
+            return
         if fault is not None and fault.kind == "drop_after":
             self.close_connection = True
             try:
@@ -259,7 +325,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         for attempt in range(2):
             if self._upstream is None:
                 self._upstream = http.client.HTTPConnection(
-                    "127.0.0.1", self.owner.upstream_port, timeout=60
+                    self.owner.upstream_host, self.owner.upstream_port, timeout=60
                 )
             try:
                 self._upstream.request(self.command, self.path, body=body, headers=headers)
@@ -280,7 +346,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def _send_error(self, fault: Fault) -> None:
         body = (
             '<?xml version="1.0" encoding="UTF-8"?>\n'
-            f"<Error><Code>{fault.code}</Code><Message>injected by the test proxy</Message>"
+            f"<Error><Code>{fault.code}</Code><Message>injected by mere's fault proxy</Message>"
             "</Error>"
         ).encode()
         self.send_response_only(fault.status)

@@ -65,6 +65,8 @@ def summary(result: RunResult) -> RenderableType:
     )
     fired = ", ".join(f"{k} x{v}" for k, v in result.faults.items() if v) or "none"
     run.add_row("faults fired", fired if config.faults else "none requested")
+    for note in result.notes:
+        run.add_row("note", Text(note, style="yellow"))
     if check.errors:
         run.add_row("errors", ", ".join(f"{k} x{v}" for k, v in sorted(check.errors.items())))
     banned = forbidden(config.isolation)

@@ -15,6 +15,10 @@ The parent process:
    client (almost always mid-transaction) and starts a new client, under a
    new process id, for the rest of its quota; ``stale-hint`` overwrites the
    ``_log/_latest`` hint with an old version, which readers must never trust;
+   ``http`` runs a fault-injecting HTTP proxy (:mod:`mere.verify.http_proxy`)
+   in front of a cloud store's plain-http endpoint and hands the clients an
+   environment whose endpoint variable names the proxy (see
+   :func:`http_endpoint`; the parent itself reaches the store directly);
 5. assembles the clients' history files, replays the log, and checks.
 """
 
@@ -45,6 +49,7 @@ from mere.storage import ObjectStore, open_store
 from mere.verify.checker import ISOLATION_LEVELS, CheckResult, check
 from mere.verify.client import CLIENT_FAULTS, FAULTS, ClientSpec, client_main
 from mere.verify.history import History, assemble
+from mere.verify.http_proxy import Fault, FaultProxy
 from mere.verify.truth import bank_totals_by_snapshot, read_truth
 from mere.verify.workloads import Workload
 
@@ -61,6 +66,29 @@ TRANSACTIONS_PER_KILL = 20
 #: Modules the fork server imports once, so that clients start fast.
 PRELOAD = ["mere.verify.client", "mere.ops.update", "mere.ops.delete", "mere.expr"]
 STALE_HINT_INTERVAL = (0.05, 0.3)
+#: A commit-file create as the proxy sees it: ``.../_log/<20 digits>.json``.
+COMMIT_PATH = r"/_log/\d{20}\.json(?:\?|$)"
+_ALL_METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
+#: The service's "slow down" error code, per backend (sent with a 503).
+_BUSY_CODE = {"s3": "SlowDown", "azure": "ServerBusy", "gcs": "ServiceUnavailable"}
+_CLOUD_SCHEMES = {
+    "s3": "s3",
+    "s3a": "s3",
+    "az": "azure",
+    "azure": "azure",
+    "abfs": "azure",
+    "abfss": "azure",
+    "gs": "gcs",
+    "gcs": "gcs",
+}
+#: The environment variables that set each backend's endpoint, as obstore reads them.
+_ENDPOINT_VARIABLES = {
+    "s3": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"),
+    "azure": ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT"),
+    "gcs": ("GOOGLE_BASE_URL",),
+}
+_AZURITE_URL = "AZURITE_BLOB_STORAGE_URL"
+_AZURITE_DEFAULT = "http://127.0.0.1:10000"
 
 
 class VerifyError(MereError):
@@ -124,6 +152,106 @@ class RunConfig:
         return Workload(self.workload, self.tables, self.keys, self.max_ops)
 
 
+def http_rules(backend: str) -> list[tuple[str, Fault]]:
+    """The proxy's rules for the ``http`` fault, each with the name its count is reported by.
+
+    Probabilities are per HTTP request; a transaction makes a few dozen. The
+    ambiguous answers go to commit-file creates, where they exercise the
+    read-back of the commit protocol; every request may be throttled, reset,
+    cut off after it was served, or delayed. A run still makes progress.
+    """
+    busy = _BUSY_CODE.get(backend, "ServerBusy")
+    rules = [
+        ("http-drop-after-commit", Fault("drop_after", path=COMMIT_PATH, probability=0.08)),
+        ("http-500-after-commit",
+         Fault("error_after", path=COMMIT_PATH, status=500, probability=0.08)),
+    ]  # fmt: skip
+    if backend == "s3":
+        rules.append(
+            ("http-409-before-commit",
+             Fault("error_before", path=COMMIT_PATH, status=409,
+                   code="ConditionalRequestConflict", probability=0.05))
+        )  # fmt: skip
+    rules += [
+        ("http-503-before",
+         Fault("error_before", methods=_ALL_METHODS, status=503, code=busy, probability=0.01)),
+        ("http-reset-before", Fault("reset_before", methods=_ALL_METHODS, probability=0.003)),
+        ("http-drop-after", Fault("drop_after", methods=_ALL_METHODS, probability=0.002)),
+        ("http-delay",
+         Fault("delay", methods=_ALL_METHODS, probability=0.05, delay=0.005)),
+    ]  # fmt: skip
+    return rules
+
+
+@dataclass(frozen=True)
+class HttpEndpoint:
+    """Where a cloud store's requests go, and the variables that say so (``http`` fault)."""
+
+    backend: str
+    host: str
+    port: int
+    path: str
+    """The endpoint URL's path (``/<account>`` in an Azure endpoint): kept after the proxy's."""
+    variables: tuple[str, ...]
+    """The environment variables to point at the proxy."""
+
+    def overrides(self, proxy_endpoint: str) -> dict[str, str]:
+        """The client environment's changes that send the store's requests to the proxy."""
+        return {name: proxy_endpoint + self.path for name in self.variables}
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "on", "yes", "y")
+
+
+def http_endpoint(uri: str, environ: dict[str, str]) -> HttpEndpoint | None:
+    """The plain-http endpoint the ``http`` fault can proxy for ``uri``.
+
+    mere's cloud stores read their endpoint from the environment (obstore's
+    variables: see :mod:`mere.storage.cloud`): for S3 ``AWS_ENDPOINT_URL_S3``,
+    ``AWS_ENDPOINT_URL`` or ``AWS_ENDPOINT``; for Azure
+    ``AZURITE_BLOB_STORAGE_URL`` when ``AZURE_STORAGE_USE_EMULATOR`` is set
+    (default ``http://127.0.0.1:10000``), else ``AZURE_STORAGE_ENDPOINT`` or
+    ``AZURE_ENDPOINT``; for GCS ``GOOGLE_BASE_URL``.
+
+    Returns None for a store that speaks no HTTP (a local path or
+    ``file://``): the run skips the fault with a note.
+
+    Raises:
+        VerifyError: the store's endpoint is https, which includes a real
+            cloud service's default endpoint: the proxy speaks plain HTTP only.
+    """
+    scheme = urlparse(uri).scheme.lower()
+    backend = _CLOUD_SCHEMES.get(scheme)
+    if backend is None:
+        return None
+    if backend == "azure" and _truthy(environ.get("AZURE_STORAGE_USE_EMULATOR")):
+        variables: tuple[str, ...] = (_AZURITE_URL,)
+        url = environ.get(_AZURITE_URL) or _AZURITE_DEFAULT
+    else:
+        variables = tuple(v for v in _ENDPOINT_VARIABLES[backend] if environ.get(v))
+        url = environ[variables[0]] if variables else ""
+    parts = urlparse(url)
+    if parts.scheme.lower() != "http" or not parts.hostname:
+        where = (
+            f"its endpoint {parts.scheme}://{parts.hostname or ''}"
+            if url
+            else "its endpoint is the service's own (https), since no endpoint variable is set"
+        )
+        raise VerifyError(
+            f"the http fault cannot be injected on {uri}: {where}. The fault proxy speaks "
+            "plain HTTP only, so it can stand in front of an emulator or another http:// "
+            "endpoint, not a real cloud service over https",
+            help="leave http out of --faults (list the other kinds instead of all): "
+            + ",".join(f for f in FAULTS if f != "http"),
+        )
+    try:
+        port = parts.port or 80
+    except ValueError:
+        raise VerifyError(f"the store's endpoint for {uri} has a bad port") from None
+    return HttpEndpoint(backend, parts.hostname, port, parts.path.rstrip("/"), variables)
+
+
 @dataclass
 class RunResult:
     """A finished run: its history, the checker's verdict, and the faults that fired."""
@@ -134,6 +262,8 @@ class RunResult:
     faults: dict[str, int]
     elapsed: float
     client_crashes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Remarks about the run, such as a fault kind that was skipped and why."""
 
     @property
     def valid(self) -> bool:
@@ -150,6 +280,7 @@ class RunResult:
             "transactions": len(self.history.txns),
             "faults_fired": self.faults,
             "client_crashes": self.client_crashes,
+            "notes": self.notes,
             "check": self.result.to_json(),
         }
         if history:
@@ -172,6 +303,8 @@ class _Parent:
 
     def __init__(self, config: RunConfig, workdir: Path, store: ObjectStore) -> None:
         self.config = config
+        #: The environment the clients get (the ``http`` fault points it at its proxy).
+        self.environ = dict(os.environ)
         self.workdir = workdir
         self.store = store
         self.workload = config.make_workload()
@@ -198,7 +331,7 @@ class _Parent:
             deadline=self.deadline,
             faults=tuple(f for f in self.config.faults if f in CLIENT_FAULTS),
             unsafe_disable_conflict_detection=self.config.unsafe_disable_conflict_detection,
-            environ=dict(os.environ),
+            environ=dict(self.environ),
         )
         proc = self.context.Process(
             target=client_main, args=(spec,), name=f"verify-p{process_id}", daemon=True
@@ -316,10 +449,21 @@ def run(config: RunConfig, progress: Callable[[str], None] | None = None) -> Run
 
     Raises:
         VerifyError: a bad configuration, a location that already holds a
-            database, or clients that never finish.
+            database, clients that never finish, or the ``http`` fault on a
+            store whose endpoint is https.
     """
     config.validate()
     say = progress or (lambda _message: None)
+    notes: list[str] = []
+    endpoint: HttpEndpoint | None = None
+    if "http" in config.faults:
+        endpoint = http_endpoint(config.uri, dict(os.environ))
+        if endpoint is None:
+            notes.append(
+                "the http fault was skipped: the store is not reached over HTTP "
+                "(it applies to cloud stores on a plain-http endpoint)"
+            )
+            say(notes[-1])
     store = open_store(config.uri)
     if Log(store).latest_version() is not None:
         raise VerifyError(
@@ -336,7 +480,22 @@ def run(config: RunConfig, progress: Callable[[str], None] | None = None) -> Run
     started = time.monotonic()
     try:
         parent = _Parent(config, workdir, store)
-        parent.run(say)
+        rules: list[tuple[str, Fault]] = []
+        proxy: FaultProxy | None = None
+        try:
+            if endpoint is not None:
+                proxy = FaultProxy(endpoint.port, upstream_host=endpoint.host, seed=config.seed)
+                rules = http_rules(endpoint.backend)
+                for _name, rule in rules:
+                    proxy.add(rule)
+                proxy.start()
+                parent.environ.update(endpoint.overrides(proxy.endpoint))
+                say(f"http faults: clients reach the store through the proxy at {proxy.endpoint}")
+            parent.run(say)
+        finally:
+            if proxy is not None:
+                proxy.stop()
+                parent.fired.update({name: rule.fired for name, rule in rules if rule.fired})
         elapsed = time.monotonic() - started
         history = assemble(workdir.glob("p*.jsonl"))
         say(f"{len(history.txns)} transactions recorded; checking")
@@ -358,6 +517,7 @@ def run(config: RunConfig, progress: Callable[[str], None] | None = None) -> Run
         faults={k: faults[k] for k in sorted(faults)},
         elapsed=elapsed,
         client_crashes=parent.crashes + history.crashes,
+        notes=notes,
     )
 
 
