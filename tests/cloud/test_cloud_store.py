@@ -139,16 +139,16 @@ def test_environment_configures_the_store(cloud: Cloud, monkeypatch: pytest.Monk
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDENV")
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
         monkeypatch.setenv("AWS_REGION", "us-east-1")
+        monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
     else:
         monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", cloud_servers.AZURITE_ACCOUNT)
         monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", cloud_servers.AZURITE_KEY)
         monkeypatch.setenv(
             "AZURE_STORAGE_ENDPOINT", f"{cloud.server.endpoint}/{cloud_servers.AZURITE_ACCOUNT}"
         )
-    # allow_http is an HTTP client option, which obstore takes from storage_options only.
-    store = open_store(
-        cloud.uri(f"env-{uuid.uuid4().hex[:8]}"), storage_options={"allow_http": True}
-    )
+        monkeypatch.setenv("AZURE_ALLOW_HTTP", "true")
+    # Everything from the environment, even the HTTP client's allow_http.
+    store = open_store(cloud.uri(f"env-{uuid.uuid4().hex[:8]}"))
     store.put_if_absent("k", b"from the environment")
     assert store.get("k") == b"from the environment"
     # storage_options override the environment: a wrong endpoint is used, and fails.

@@ -139,7 +139,7 @@ def _build(
         return factory(
             name,
             config=config,
-            client_options=client,
+            client_options=client or None,  # None: obstore reads *_ALLOW_HTTP etc. from the env
             retry_config=_NO_RETRIES,
             credential_provider=credential_provider,
         )
