@@ -70,6 +70,32 @@ def read_files(
         return list(pool.map(lambda add: read_file(store, table, add, columns, row_filter), files))
 
 
+#: The compressed bytes :func:`iter_read_files` reads ahead at most (beyond one file).
+READ_AHEAD_BYTES = 64 * 1024 * 1024
+
+
+def iter_read_files(
+    store: ObjectStore, table: TableMeta, files: Sequence[AddFile], columns: Sequence[str]
+) -> Iterator[tuple[AddFile, pa.Table]]:
+    """Each of ``files`` with its rows, in order, reading a bounded window at a time.
+
+    A window holds up to :data:`READ_THREADS` files and :data:`READ_AHEAD_BYTES`,
+    read together, so a rewrite over many files neither waits for one round
+    trip per file nor holds the whole table in memory.
+    """
+    start = 0
+    while start < len(files):
+        end, size = start, 0
+        while end < len(files) and end - start < READ_THREADS:
+            if end > start and size + files[end].size > READ_AHEAD_BYTES:
+                break
+            size += files[end].size
+            end += 1
+        window = files[start:end]
+        yield from zip(window, read_files(store, table, window, columns), strict=True)
+        start = end
+
+
 @dataclass(frozen=True)
 class RowFilter:
     """A row filter a Parquet reader may apply itself, to skip row groups."""

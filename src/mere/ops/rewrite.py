@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as sqlexpr
-from mere.data.reader import read_file
+from mere.data.reader import iter_read_files
 
 if TYPE_CHECKING:
     from mere.txn.transaction import TxTable
@@ -31,12 +31,14 @@ def rewrite_matching(
     tx, table_id = table._tx, table._id
     plan, files = tx._plan_read(table_id, None, where)
     matched = 0
+    to_read = []
     for add in files:
         if drop_covered and plan.covers(add):
             tx._remove_file(table_id, add)
             matched += add.rows
-            continue
-        rows = read_file(tx._db.store, plan.table, add, plan.table.schema.names)
+        else:
+            to_read.append(add)
+    for add, rows in iter_read_files(tx._db.store, plan.table, to_read, plan.table.schema.names):
         mask = match_mask(plan.predicate, rows)
         count = pc.sum(mask).as_py() or 0
         if count == 0:

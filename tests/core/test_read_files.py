@@ -1,0 +1,76 @@
+"""Reading many data files: in order, several at a time, with a bounded read-ahead."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import mere
+from mere.data import reader
+from mere.storage import FaultyStore, MemoryStore
+
+SCHEMA = pa.schema([pa.field("k", pa.int64())])
+
+
+@pytest.fixture
+def table_files() -> tuple[mere.Database, FaultyStore]:
+    store = FaultyStore(MemoryStore())
+    db = mere.connect(store)
+    db.create_table("t", SCHEMA)
+    for k in range(20):
+        db.table("t").append([{"k": k}])
+    return db, store
+
+
+def test_files_come_back_in_order_with_their_rows(
+    table_files: tuple[mere.Database, FaultyStore],
+) -> None:
+    db, _ = table_files
+    snapshot = db.snapshot().table("t")
+    files = sorted(snapshot.files, key=lambda f: f.path)
+    meta = db.snapshot()._state.table_by_name("t").meta  # type: ignore[union-attr]
+    got = list(reader.iter_read_files(db.store, meta, files, ["k"]))
+    assert [add.path for add, _ in got] == [f.path for f in files]
+    by_path = {add.path: rows.column("k").to_pylist() for add, rows in got}
+    assert sorted(v for values in by_path.values() for v in values) == list(range(20))
+    assert [t.column("k").to_pylist() for t in reader.read_files(db.store, meta, files, ["k"])] == [
+        by_path[f.path] for f in files
+    ]
+
+
+@pytest.mark.parametrize(("threads", "ahead", "expected"), [(8, 1 << 30, 3), (3, 1 << 30, 7)])
+def test_windows_are_bounded_by_count_and_bytes(
+    table_files: tuple[mere.Database, FaultyStore],
+    monkeypatch: pytest.MonkeyPatch,
+    threads: int,
+    ahead: int,
+    expected: int,
+) -> None:
+    db, _ = table_files
+    meta = db.snapshot()._state.table_by_name("t").meta  # type: ignore[union-attr]
+    files = list(db.snapshot().table("t").files)
+    windows: list[int] = []
+    real = reader.read_files
+    monkeypatch.setattr(reader, "READ_THREADS", threads)
+    monkeypatch.setattr(reader, "READ_AHEAD_BYTES", ahead)
+    monkeypatch.setattr(
+        reader, "read_files", lambda *a, **k: windows.append(len(a[2])) or real(*a, **k)
+    )
+    assert len(list(reader.iter_read_files(db.store, meta, files, ["k"]))) == 20
+    assert len(windows) == expected and sum(windows) == 20 and max(windows) <= threads
+
+
+def test_a_file_larger_than_the_read_ahead_is_read_alone(
+    table_files: tuple[mere.Database, FaultyStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, _ = table_files
+    meta = db.snapshot()._state.table_by_name("t").meta  # type: ignore[union-attr]
+    files = list(db.snapshot().table("t").files)
+    windows: list[int] = []
+    real = reader.read_files
+    monkeypatch.setattr(reader, "READ_AHEAD_BYTES", 1)
+    monkeypatch.setattr(
+        reader, "read_files", lambda *a, **k: windows.append(len(a[2])) or real(*a, **k)
+    )
+    assert len(list(reader.iter_read_files(db.store, meta, files, ["k"]))) == 20
+    assert windows == [1] * 20
