@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 from spark_helpers import ORDERS, data_files, orders
 
@@ -79,8 +78,3 @@ def test_bad_expressions_fail_before_any_job(spark, uri):
         mere.spark.delete(spark, uri, "spark_side", "no_such_column = 1")
     with pytest.raises(mere.SchemaMismatch):
         mere.spark.update(spark, uri, "spark_side", None, {"no_such_column": 1})
-
-
-def test_merge_is_not_built_yet(spark, uri):
-    with pytest.raises(NotImplementedError, match="merge"):
-        mere.spark.merge(spark, uri, "orders", pa.table({"id": [1]}), "t.id = s.id")

@@ -516,12 +516,7 @@ class TableMerger:
         acted = pc.not_equal(action, -1)
         acted_targets = target_idx.filter(acted)
         if len(pc.unique(acted_targets)) != len(acted_targets):
-            raise ConstraintViolation(
-                f"a target row matches several source rows on {self._on_text!r} and a "
-                "WHEN MATCHED clause acts on it more than once (as in SQL MERGE); nothing "
-                "was written",
-                help="deduplicate the source, or make the 'on' condition unique per target row",
-            )
+            raise multiple_matches(self._on_text)
         updated_parts: list[pa.Table] = []
         deleted = 0
         for k, clause in enumerate(self._matched):
@@ -605,6 +600,15 @@ class TableMerger:
             in_list, key_range = _key_filters(key.target_column, values.filter(valid))
             exact += [in_list] if in_list is not None else []
             ranged += [key_range] if key_range is not None else []
+        return self._plan_filtered(exact, ranged)
+
+    def _plan_filtered(
+        self, exact: list[sqlexpr.Expr], ranged: list[sqlexpr.Expr]
+    ) -> list[AddFile]:
+        """Choose (and record as read) the files, given the key filters of :meth:`_plan_read`.
+
+        ``exact`` holds each key's IN list (or range), ``ranged`` each key's range.
+        """
         tx, table_id = self._table._tx, self._table._id
         candidates = [exact + self._target_only, ranged + self._target_only, self._target_only]
         for parts in candidates:
@@ -637,6 +641,16 @@ class TableMerger:
 
 
 # --- helpers --------------------------------------------------------------------------
+
+
+def multiple_matches(on: str) -> ConstraintViolation:
+    """The error of a target row that several source rows act on."""
+    return ConstraintViolation(
+        f"a target row matches several source rows on {on!r} and a "
+        "WHEN MATCHED clause acts on it more than once (as in SQL MERGE); nothing "
+        "was written",
+        help="deduplicate the source, or make the 'on' condition unique per target row",
+    )
 
 
 def _source_table(source: Any, target: pa.Schema) -> pa.Table:

@@ -16,7 +16,14 @@ Writes::
 Streaming: ``writeStream.foreachBatch(mere.spark.foreach_batch(uri, table, app_id))``
 or ``writeStream.format("mere").option("txnAppId", ...)``, exactly once per
 micro-batch. Row changes on tables too large for one machine:
-:func:`delete` and :func:`update` rewrite the affected files on the executors.
+:func:`delete` and :func:`update` rewrite the affected files on the executors,
+and :func:`merge` upserts a DataFrame (the ``TxTable.merge`` builder; Spark
+joins it with the candidate files)::
+
+    (mere.spark.merge(spark, uri, "orders", changes_df, on="t.id = s.id")
+        .when_matched_update({"amount": "s.amount"})
+        .when_not_matched_insert_all()
+        .execute())
 
 Spark workers must be able to import mere (install it where they run) and
 reach the database's store (a local path in local mode, or a store every

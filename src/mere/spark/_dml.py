@@ -7,7 +7,8 @@ with mere's own SQL evaluator (so the result equals the pyarrow-side
 ``TxTable.delete``/``update`` exactly), and write the surviving or updated
 rows as new files. A file with no matching row is left alone. The driver
 then removes the rewritten files and adds the new ones in one commit; it
-never holds any rows.
+never holds any rows. MERGE (:func:`merge`) joins a DataFrame with the
+target's candidate files on the executors (:mod:`mere.spark._merge`).
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ from mere.spark._files import (
     delete_files,
     rewrite_file,
 )
+from mere.spark._merge import SparkMerger
 from mere.spark._write import _PathList, check_uri
 from mere.storage import open_store
 from mere.txn.transaction import DEFAULT_ISOLATION, Isolation, Transaction
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 T = TypeVar("T")
 
@@ -200,15 +202,51 @@ def update(
     return _in_transaction(uri, isolation, work)
 
 
-def merge(*args: Any, **kwargs: Any) -> Any:
-    """Not built yet: raises NotImplementedError.
+def merge(
+    spark: SparkSession,
+    uri: str | os.PathLike[str] | Transaction,
+    table: str,
+    source: DataFrame,
+    on: str,
+    *,
+    source_alias: str = "s",
+    target_alias: str = "t",
+    isolation: Isolation = DEFAULT_ISOLATION,
+) -> SparkMerger:
+    """Start a MERGE of the DataFrame ``source`` into ``table``; finish it with ``execute()``.
 
-    A distributed MERGE needs a join of the source with the target's
-    candidate files on the executors; until then, merge with
-    ``TxTable.merge`` on one machine (``db.table(name).merge(source_arrow, on)``),
-    or express the change as :func:`delete` + :func:`mere.spark.write`.
+    The builder is the one of ``TxTable.merge`` (``when_matched_update[_all]``,
+    ``when_matched_delete``, ``when_not_matched_insert[_all]``, same SQL MERGE
+    semantics, same :class:`~mere.ops.merge.MergeMetrics`), with a Spark
+    DataFrame as the source: Spark joins it with the target files that may
+    match on the executors, and only files holding an updated or deleted row
+    are rewritten (see :mod:`mere.spark._merge`).
+
+    ``uri`` is a database URI (``execute()`` commits a transaction of its own,
+    reading the latest version as of this call, and aborts it on failure) or
+    an open :class:`~mere.Transaction` (the merge becomes part of it).
+
+    Raises:
+        InvalidExpression: a bad ``on``, alias or clause (at the call that gave it).
+        SchemaMismatch: the source is not a DataFrame, or the table has a column
+            Spark cannot hold exactly (nanosecond timestamps).
     """
-    raise NotImplementedError(
-        "mere.spark.merge is not built yet: use db.table(name).merge(...) with the source "
-        "as Arrow (one machine), or mere.spark.delete + mere.spark.write in one transaction"
-    )
+    if isinstance(uri, Transaction):
+        return SparkMerger(
+            spark, uri, table, source, on, source_alias=source_alias, target_alias=target_alias
+        )
+    tx = connect(uri, create=False).transaction(isolation)
+    try:
+        return SparkMerger(
+            spark,
+            tx,
+            table,
+            source,
+            on,
+            source_alias=source_alias,
+            target_alias=target_alias,
+            commit=True,
+        )
+    except Exception:
+        tx.abort()
+        raise
