@@ -131,7 +131,9 @@ class DataFileWriter:
 
     def _write_row_group(self, f: _OpenFile) -> None:
         if f.pending:
-            batch = pa.concat_tables(f.pending).combine_chunks()
+            # Not combined into contiguous arrays: the Parquet writer encodes the
+            # chunks in place (a copy would cost a row group's memory and time).
+            batch = pa.concat_tables(f.pending)
             f.writer.write_table(batch, row_group_size=max(batch.num_rows, 1))
             f.pending, f.pending_bytes = [], 0
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -78,7 +79,7 @@ def delete_files(store: ObjectStore, table: TableMeta, paths: Iterable[str]) -> 
 
 
 class _Writer:
-    """Buffers batches of one task and writes them through a DataFileWriter."""
+    """Writes one task's rows through a DataFileWriter, checking constraints first."""
 
     def __init__(self, target: WriteTarget, store: ObjectStore) -> None:
         self.target = target
@@ -89,23 +90,12 @@ class _Writer:
             if target.replace_where is None
             else check_condition(target.table, target.replace_where)
         )
-        self.pending: list[pa.RecordBatch] = []
-        self.pending_bytes = 0
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0:
-            return
-        self.pending.append(batch)
-        self.pending_bytes += batch.nbytes
-        if self.pending_bytes >= BUFFER_BYTES:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        data = pa.Table.from_batches(self.pending)
-        self.pending, self.pending_bytes = [], 0
-        self.write_rows(conform(data, self.target.table.schema, what="the DataFrame"))
+    def write_batches(self, batches: list[pa.RecordBatch]) -> None:
+        """Write batches as Spark sent them (conformed to the table schema first)."""
+        if batches:
+            data = pa.Table.from_batches(batches)
+            self.write_rows(conform(data, self.target.table.schema, what="the DataFrame"))
 
     def write_rows(self, rows: pa.Table) -> None:
         """Write rows already in the table schema, after checking constraints."""
@@ -121,7 +111,6 @@ class _Writer:
         self.files.write(rows)
 
     def finish(self) -> list[AddFile]:
-        self.flush()
         return self.files.finish()
 
     def discard(self) -> None:
@@ -133,17 +122,39 @@ def write_batches(target: WriteTarget, batches: Iterable[pa.RecordBatch]) -> lis
     """Write one task's batches as data files of ``target.table``; return them.
 
     The batches must hold the table's columns (by name, case-insensitively)
-    with types that convert losslessly. On any failure the files this task
-    wrote are deleted before the error propagates.
+    with types that convert losslessly. They are gathered ``BUFFER_BYTES`` at
+    a time, and each such chunk is encoded on a background thread while the
+    next one arrives from Spark, so Spark's side of the transfer and the
+    Parquet encoding (which releases the GIL) overlap instead of taking
+    turns. On any failure the files this task wrote are deleted before the
+    error propagates.
     """
     writer = _Writer(target, open_store(target.uri))
-    try:
-        for batch in batches:
-            writer.add(batch)
-        return writer.finish()
-    except BaseException:
-        writer.discard()
-        raise
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mere-write") as encoder:
+        in_flight: Future[None] | None = None
+        try:
+            pending: list[pa.RecordBatch] = []
+            pending_bytes = 0
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                pending.append(batch)
+                pending_bytes += batch.nbytes
+                if pending_bytes >= BUFFER_BYTES:
+                    if in_flight is not None:
+                        in_flight.result()  # one chunk at a time; its error surfaces here
+                    in_flight = encoder.submit(writer.write_batches, pending)
+                    pending, pending_bytes = [], 0
+            if in_flight is not None:
+                in_flight.result()
+            in_flight = None
+            writer.write_batches(pending)
+            return writer.finish()
+        except BaseException:
+            if in_flight is not None:
+                wait([in_flight])  # nothing may still be uploading while the files are deleted
+            writer.discard()
+            raise
 
 
 def read_batches(

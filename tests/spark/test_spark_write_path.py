@@ -1,0 +1,72 @@
+"""The executors' write path: chunks encoded on a background thread."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from spark_helpers import ORDERS, data_files, orders
+
+import mere
+import mere.spark
+from mere.errors import ConstraintViolation
+from mere.spark import _core, _files
+from mere.spark._files import WriteTarget, write_batches
+
+
+def _target(uri: str, replace_where: str | None = None) -> WriteTarget:
+    db = mere.connect(uri)
+    if "orders" not in db.tables():
+        db.create_table("orders", ORDERS)
+    meta = _core.table_meta(db.snapshot().table("orders"))
+    # Small files, so that several are uploaded while batches still arrive.
+    return WriteTarget(db.uri, meta, target_file_size=64 * 1024, replace_where=replace_where)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of a few batches, so that most of them go through the encoder thread."""
+    monkeypatch.setattr(_files, "BUFFER_BYTES", 16 * 1024)
+
+
+def test_chunks_keep_their_order_and_statistics_stay_exact(uri, small_chunks):
+    data = orders(0, 20_000)
+    adds = write_batches(_target(uri), iter(data.to_batches(max_chunksize=500)))
+    assert len(adds) >= 2
+    assert sum(a.rows for a in adds) == data.num_rows
+    prefix = Path(uri) / "tables"
+    read_back = []
+    for add in adds:
+        [path] = list(prefix.rglob(add.path))
+        rows = pq.read_table(path)
+        read_back.append(rows)
+        for name in ("id", "customer_id", "amount", "country"):
+            bounds = pc.min_max(rows.column(name))
+            assert add.stats["minValues"][name] == bounds["min"].as_py()
+            assert add.stats["maxValues"][name] == bounds["max"].as_py()
+            assert add.stats["nullCount"][name] == 0
+    # The files hold the batches in the order Spark sent them.
+    assert pa.concat_tables(read_back).column("id").to_pylist() == list(range(20_000))
+
+
+def test_a_constraint_failing_in_a_background_chunk_deletes_every_file(uri, small_chunks):
+    fr = orders(0, 20_000, countries=("FR",))
+    de = orders(20_000, 100, countries=("DE",))
+    batches = fr.to_batches(max_chunksize=500) + de.to_batches()
+    with pytest.raises(ConstraintViolation, match="replaceWhere"):
+        write_batches(_target(uri, "country = 'FR'"), iter(batches))
+    assert data_files(uri) == []
+
+
+def test_an_error_from_spark_while_a_chunk_encodes_deletes_every_file(uri, small_chunks):
+    def batches() -> Iterator[pa.RecordBatch]:
+        yield from orders(0, 20_000).to_batches(max_chunksize=500)
+        raise RuntimeError("the task was killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        write_batches(_target(uri), batches())
+    assert data_files(uri) == []
