@@ -1,7 +1,8 @@
-"""The executors' write path: chunks encoded on a background thread."""
+"""The executors' write path (chunks encoded on a background thread) and registration per thread."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,3 +71,27 @@ def test_an_error_from_spark_while_a_chunk_encodes_deletes_every_file(uri, small
     with pytest.raises(RuntimeError, match="killed"):
         write_batches(_target(uri), batches())
     assert data_files(uri) == []
+
+
+def test_format_mere_works_from_another_thread_after_register(spark, uri):
+    # Built here: creating a DataFrame in the thread would make the session active there.
+    df = spark.createDataFrame(
+        orders(0, 30).to_pylist(), "id long, customer_id long, amount double, country string"
+    )
+    errors: list[BaseException] = []
+    counted: list[int] = []
+
+    def run() -> None:
+        try:
+            mere.spark.register(spark)  # this thread has no active session in the JVM yet
+            df.write.format("mere").option("database", uri).mode("append").save("orders")
+            counted.append(spark.read.format("mere").option("database", uri).load("orders").count())
+        except BaseException as exc:  # reported in the test's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert errors == []
+    assert counted == [30]
+    assert mere.connect(uri).table("orders").scan().num_rows == 30

@@ -43,6 +43,8 @@ import os
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
+from pyspark.sql import SparkSession
+
 from mere.spark._dml import delete, merge, update
 from mere.spark._native import native_read, spark_condition
 from mere.spark._streaming import foreach_batch
@@ -50,18 +52,36 @@ from mere.spark._write import write
 from mere.spark.datasource import MereDataSource
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 #: Sessions the data source was registered with (registration costs about a second).
 _registered: set[int] = set()
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``mere`` data source with a session (idempotent)."""
+    """Register the ``mere`` data source with a session (idempotent).
+
+    Spark looks Python data sources up in the JVM's *active* session of the
+    calling thread, and a thread other than the one that built the session
+    has none (``DATA_SOURCE_NOT_FOUND``). So this also makes ``spark`` the
+    active session of the calling thread when it has none: call it once in
+    each thread that uses ``format("mere")``.
+    """
+    _activate(spark)
     key = id(spark._jsparkSession)
     if key not in _registered:
         spark.dataSource.register(MereDataSource)
         _registered.add(key)
+
+
+def _activate(spark: SparkSession) -> None:
+    """Make ``spark`` the JVM's active session in this thread, unless one is set."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:  # pragma: no cover - a stopped context
+        return
+    sessions = SparkSession._get_j_spark_session_class(jvm)  # the class PySpark itself uses
+    if not sessions.getActiveSession().isDefined():
+        sessions.setActiveSession(spark._jsparkSession)
 
 
 def read(
