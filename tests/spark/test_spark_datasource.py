@@ -280,3 +280,19 @@ def test_a_table_altered_during_the_job_fails_the_commit_and_abort_cleans_up(uri
     writer.abort(messages)
     assert on_disk(uri) == set()
     assert mere.connect(uri).table("orders").scan().num_rows == 0
+
+
+def test_register_turns_on_the_filter_pushdown_the_reader_needs(spark, uri):
+    """Without the setting Spark refuses the source; register() turns it on."""
+    from mere.spark import PUSHDOWN_CONF
+
+    save(frame(spark, orders(0, 5)), uri)
+    spark.conf.set(PUSHDOWN_CONF, "false")
+    try:
+        with pytest.raises(PySparkException, match="PUSHDOWN"):
+            load(spark, uri).collect()
+        mere.spark.register(spark)
+        assert spark.conf.get(PUSHDOWN_CONF) == "true"
+        assert sorted(r["id"] for r in load(spark, uri).collect()) == list(range(5))
+    finally:
+        spark.conf.set(PUSHDOWN_CONF, "true")

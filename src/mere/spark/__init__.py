@@ -54,6 +54,8 @@ from mere.spark.datasource import MereDataSource
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+#: Spark's switch for filter pushdown into Python data sources.
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 #: Sessions the data source was registered with (registration costs about a second).
 _registered: set[int] = set()
 
@@ -66,8 +68,15 @@ def register(spark: SparkSession) -> None:
     has none (``DATA_SOURCE_NOT_FOUND``). So this also makes ``spark`` the
     active session of the calling thread when it has none: call it once in
     each thread that uses ``format("mere")``.
+
+    It also turns on ``spark.sql.python.filterPushdown.enabled`` for the
+    session: the ``mere`` reader accepts pushed filters (to prune files), and
+    Spark refuses to read from such a source while the setting is off
+    (``DATA_SOURCE_PUSHDOWN_DISABLED``).
     """
     _activate(spark)
+    if spark.conf.get(PUSHDOWN_CONF, "false").lower() != "true":
+        spark.conf.set(PUSHDOWN_CONF, "true")
     key = id(spark._jsparkSession)
     if key not in _registered:
         spark.dataSource.register(MereDataSource)
