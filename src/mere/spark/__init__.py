@@ -75,7 +75,7 @@ def register(spark: SparkSession) -> None:
     (``DATA_SOURCE_PUSHDOWN_DISABLED``).
     """
     _activate(spark)
-    if spark.conf.get(PUSHDOWN_CONF, "false").lower() != "true":
+    if (spark.conf.get(PUSHDOWN_CONF, "false") or "").lower() != "true":
         spark.conf.set(PUSHDOWN_CONF, "true")
     key = id(spark._jsparkSession)
     if key not in _registered:
