@@ -348,18 +348,23 @@ predicates = st.recursive(
 )
 
 
-@settings(
-    max_examples=400,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-@given(
+#: Random files, predicates and facts with some statistics forgotten or made vague.
+random_files_and_predicates = given(
     table=files(),
     sql=predicates,
     forget=st.sets(st.sampled_from(list(VALUES))),
     vague=st.sets(st.sampled_from(list(VALUES)), max_size=2),
 )
+many_examples = settings(
+    max_examples=400,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+@many_examples
+@random_files_and_predicates
 def test_may_match_is_sound(table, sql, forget, vague):
     predicate = bind(parse(sql), table.schema)
     matching = table.filter(to_arrow(predicate)).num_rows
@@ -424,18 +429,8 @@ def test_must_match_on_partition_values() -> None:
     assert not covers("country = 'FR'", part, rows=0)  # an empty file holds nothing to delete
 
 
-@settings(
-    max_examples=400,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-@given(
-    table=files(),
-    sql=predicates,
-    forget=st.sets(st.sampled_from(list(VALUES))),
-    vague=st.sets(st.sampled_from(list(VALUES)), max_size=2),
-)
+@many_examples
+@random_files_and_predicates
 def test_must_match_is_sound(table, sql, forget, vague):
     predicate = bind(parse(sql), table.schema)
     if must_match(predicate, facts(table, forget, vague), table.num_rows):

@@ -570,21 +570,23 @@ class TableMerger:
             num_target_files_added=added_files,
             num_target_files_removed=len(removed_files),
         )
-        tx._record_operation(
-            "MERGE",
-            table_id,
-            predicate=self._on_text,
-            matchedPredicates=[c.describe() for c in self._matched],
-            notMatchedPredicates=[c.describe() for c in self._not_matched],
-            numSourceRows=metrics.num_source_rows,
-            numTargetRowsInserted=metrics.num_target_rows_inserted,
-            numTargetRowsUpdated=metrics.num_target_rows_updated,
-            numTargetRowsDeleted=metrics.num_target_rows_deleted,
-            numTargetRowsCopied=metrics.num_target_rows_copied,
-            numTargetFilesAdded=metrics.num_target_files_added,
-            numTargetFilesRemoved=metrics.num_target_files_removed,
-        )
+        tx._record_operation("MERGE", table_id, **self.history_parameters(metrics))
         return metrics
+
+    def history_parameters(self, metrics: MergeMetrics) -> dict[str, Any]:
+        """The MERGE's ``operationParameters`` in the history: its conditions and metrics."""
+        return {
+            "predicate": self._on_text,
+            "matchedPredicates": [c.describe() for c in self._matched],
+            "notMatchedPredicates": [c.describe() for c in self._not_matched],
+            "numSourceRows": metrics.num_source_rows,
+            "numTargetRowsInserted": metrics.num_target_rows_inserted,
+            "numTargetRowsUpdated": metrics.num_target_rows_updated,
+            "numTargetRowsDeleted": metrics.num_target_rows_deleted,
+            "numTargetRowsCopied": metrics.num_target_rows_copied,
+            "numTargetFilesAdded": metrics.num_target_files_added,
+            "numTargetFilesRemoved": metrics.num_target_files_removed,
+        }
 
     def _plan_read(
         self, source_keys: list[pa.ChunkedArray], valid: pa.ChunkedArray

@@ -516,21 +516,7 @@ class SparkMerger:
             num_target_files_added=len(adds),
             num_target_files_removed=len(removed),
         )
-        _core.record_operation(
-            tx,
-            self._name,
-            "MERGE",
-            predicate=m._on_text,
-            matchedPredicates=[c.describe() for c in m._matched],
-            notMatchedPredicates=[c.describe() for c in m._not_matched],
-            numSourceRows=metrics.num_source_rows,
-            numTargetRowsInserted=metrics.num_target_rows_inserted,
-            numTargetRowsUpdated=metrics.num_target_rows_updated,
-            numTargetRowsDeleted=metrics.num_target_rows_deleted,
-            numTargetRowsCopied=metrics.num_target_rows_copied,
-            numTargetFilesAdded=metrics.num_target_files_added,
-            numTargetFilesRemoved=metrics.num_target_files_removed,
-        )
+        _core.record_operation(tx, self._name, "MERGE", **m.history_parameters(metrics))
         return metrics
 
     def _plan(self, job: _Job, source: DataFrame) -> tuple[int, list[AddFile]]:
