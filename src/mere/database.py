@@ -210,6 +210,22 @@ class Database:
         if state.version % self.checkpoint_interval(state) == 0:
             self._write_checkpoint(state)
 
+    @property
+    def properties(self) -> dict[str, str]:
+        """The database properties at the latest version (docs/format.md §2.3)."""
+        database = self._latest_state().database
+        return dict(database.properties) if database is not None else {}
+
+    def set_properties(self, properties: Mapping[str, str | None]) -> int:
+        """Set database properties (None removes one) in a transaction of their own.
+
+        Returns the committed version. See :meth:`Transaction.set_database_properties`.
+        """
+        with self.transaction() as tx:
+            tx.set_database_properties(properties)
+        assert tx.commit_version is not None
+        return tx.commit_version
+
     def checkpoint_interval(self, state: DatabaseState | None = None) -> int:
         props = (state or self._latest_state()).properties
         try:

@@ -54,7 +54,7 @@ class Protocol:
 
 @dataclass(frozen=True)
 class DatabaseMeta:
-    """Database-wide identity and settings (only in version 0 for now)."""
+    """Database-wide identity and settings: in version 0, and in any commit that changes them."""
 
     id: str
     properties: dict[str, str]

@@ -9,6 +9,7 @@ winner did ...                  snapshot  write_serializable  serializable
 ==============================  ========  ==================  ============
 change the protocol             conflict  conflict            conflict
 record one of our app ids       conflict  conflict            conflict
+set database properties we set  conflict  conflict            conflict
 create a name we create         conflict  conflict            conflict
 alter/drop a table we write     conflict  conflict            conflict
 add files to a table we alter   conflict  conflict            conflict
@@ -36,7 +37,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mere import errors
-from mere.log.actions import AddFile, AppTxn, Commit, DropTable, Protocol, RemoveFile, TableMeta
+from mere.log.actions import (
+    AddFile,
+    AppTxn,
+    Commit,
+    DatabaseMeta,
+    DropTable,
+    Protocol,
+    RemoveFile,
+    TableMeta,
+)
 from mere.names import name_key
 from mere.snapshot.state import DatabaseState
 
@@ -81,6 +91,7 @@ class TxFootprint:
     looked_up: set[str] = field(default_factory=set)  # name keys looked up (present or not)
     listed_tables: bool = False
     app_ids: set[str] = field(default_factory=set)
+    database_changed: bool = False  # sets database properties
 
 
 def check_winner(tx: TxFootprint, before: DatabaseState, winner: Commit) -> None:
@@ -100,6 +111,13 @@ def check_winner(tx: TxFootprint, before: DatabaseState, winner: Commit) -> None
         if isinstance(a, Protocol):
             raise errors.ProtocolChanged(
                 "a concurrent commit changed the format version", winning_version=v, table=None
+            )
+        if isinstance(a, DatabaseMeta) and tx.database_changed:
+            raise errors.ConcurrentMetadataChange(
+                "a concurrent commit changed the database properties, which this "
+                "transaction also changes",
+                winning_version=v,
+                table=None,
             )
         if isinstance(a, AppTxn) and a.app_id in tx.app_ids:
             raise errors.ConcurrentTransaction(

@@ -16,7 +16,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -109,6 +109,7 @@ class Transaction:
         self._writers: dict[str, DataFileWriter] = {}
         self._adds: dict[str, list[AddFile]] = {}
         self._app_txns: dict[str, AppTxn] = {}
+        self._database_properties: dict[str, str] | None = None  # new properties, when set
         self._operations: list[dict[str, Any]] = []
         self._status: Literal["open", "committed", "aborted"] = "open"
         self._rewrites = False  # set by any operation other than a plain append
@@ -241,6 +242,41 @@ class Transaction:
             self._drops[meta.id] = DropTable(meta.id, meta.name)
             self._footprint.altered.add(meta.id)
         self._operations.append({"operation": "DROP TABLE", "table": name})
+
+    def set_database_properties(self, properties: Mapping[str, str | None]) -> None:
+        """Set database properties (None removes one), committed with this transaction.
+
+        ``checkpointInterval`` must be a whole number of at least 1 and
+        ``vacuumMinRetention`` a duration (docs/format.md §2.3); other keys
+        are stored as given. A concurrent commit that also changes the
+        properties makes this transaction conflict.
+
+        Raises:
+            ValueError: a key or value is not text, or a known property is invalid.
+        """
+        self._check_open()
+        database = self._state.database
+        if database is None:
+            raise ValueError("the database has no metadata to change")
+        current = dict(
+            database.properties if self._database_properties is None else self._database_properties
+        )
+        for key, value in properties.items():
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"a database property name must be non-empty text, not {key!r}")
+            if value is None:
+                current.pop(key, None)
+            elif isinstance(value, str):
+                current[key] = value
+            else:
+                raise ValueError(f"database property {key!r} must be text or None, not {value!r}")
+        check_database_properties(current)
+        self._database_properties = current
+        self._footprint.database_changed = True
+        self._rewrites = True
+        self._operations.append(
+            {"operation": "SET DATABASE PROPERTIES", "properties": dict(properties)}
+        )
 
     def set_app_transaction(self, app_id: str, version: int) -> None:
         """Record that application ``app_id`` reached ``version`` in this commit.
@@ -453,6 +489,9 @@ class Transaction:
         for removes in self._removes.values():
             actions += removes.values()
         actions += self._app_txns.values()
+        database = self._state.database
+        if self._database_properties is not None and database is not None:
+            actions.append(replace(database, properties=self._database_properties))
         return actions
 
     def _commit_info(
@@ -628,6 +667,19 @@ def _collapse(operations: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             out.append(dict(op))
     return out
+
+
+def check_database_properties(properties: Mapping[str, str]) -> None:
+    """Raise ValueError when a property mere reads has a value it cannot use."""
+    from mere.maintain.common import minimum_retention  # here: mere.maintain imports this module
+
+    interval = properties.get("checkpointInterval")
+    whole = interval is None or (interval.isascii() and interval.isdigit())
+    if interval is not None and not (whole and int(interval) >= 1):
+        raise ValueError(
+            f"database property checkpointInterval must be a whole number >= 1, not {interval!r}"
+        )
+    minimum_retention(properties)
 
 
 class TxTable:
