@@ -30,6 +30,11 @@ from mere.log.actions import (
 )
 from mere.log.log import Log, PutOutcome
 from mere.names import check_table_name
+from mere.properties import (
+    CHECKPOINT_INTERVAL_PROPERTY,
+    DEFAULT_CHECKPOINT_INTERVAL,
+    checkpoint_interval,
+)
 from mere.snapshot.loader import load_state
 from mere.snapshot.snapshot import Snapshot, TableSnapshot, describe_table
 from mere.snapshot.state import DatabaseState
@@ -55,9 +60,6 @@ if TYPE_CHECKING:
     from mere.ops.merge import TableMerger
 
 log = logging.getLogger("mere")
-
-DEFAULT_CHECKPOINT_INTERVAL = 100
-CHECKPOINT_INTERVAL_PROPERTY = "checkpointInterval"
 
 
 def connect(
@@ -227,11 +229,7 @@ class Database:
         return tx.commit_version
 
     def checkpoint_interval(self, state: DatabaseState | None = None) -> int:
-        props = (state or self._latest_state()).properties
-        try:
-            return max(1, int(props.get(CHECKPOINT_INTERVAL_PROPERTY, DEFAULT_CHECKPOINT_INTERVAL)))
-        except ValueError:
-            return DEFAULT_CHECKPOINT_INTERVAL
+        return checkpoint_interval((state or self._latest_state()).properties)
 
     def _write_checkpoint(self, state: DatabaseState) -> None:
         try:

@@ -20,7 +20,7 @@ import mere
 from mere.log.actions import CommitInfo, DatabaseMeta, Protocol, encode_commit
 from mere.log.log import Log
 from mere.maintain import RetentionTooShort, VacuumResult, vacuum
-from mere.maintain.common import MIN_RETENTION_PROPERTY
+from mere.properties import MIN_RETENTION_PROPERTY
 from mere.storage import LocalStore, MemoryStore
 from mere.storage.base import ObjectStore
 

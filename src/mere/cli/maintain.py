@@ -27,8 +27,8 @@ from mere.cli.main import (
     wants_json,
 )
 from mere.cli.output import console, emit_json, human_size, key_values, titled
-from mere.maintain.common import parse_duration
 from mere.maintain.delta import export_delta
+from mere.properties import parse_duration
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*\Z", re.IGNORECASE)
 _SIZE_UNITS = {

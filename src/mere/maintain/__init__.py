@@ -8,13 +8,7 @@ a deletion of objects no retained version needs (vacuum, expire).
 """
 
 from mere.maintain.checkpoint import checkpoint
-from mere.maintain.common import (
-    DEFAULT_MIN_RETENTION,
-    MIN_RETENTION_PROPERTY,
-    DataFileMissing,
-    RetentionTooShort,
-    parse_duration,
-)
+from mere.maintain.common import DataFileMissing, RetentionTooShort
 from mere.maintain.compact import CompactResult, compact
 from mere.maintain.delta import DeltaExportError, DeltaExportResult, export_delta
 from mere.maintain.expire import DEFAULT_LOG_RETENTION, ExpireResult, expire
@@ -22,6 +16,7 @@ from mere.maintain.export import ExportResult, ExportTargetExists, export
 from mere.maintain.history import history
 from mere.maintain.restore import RestoreResult, restore
 from mere.maintain.vacuum import DEFAULT_RETENTION, VacuumResult, vacuum
+from mere.properties import DEFAULT_MIN_RETENTION, MIN_RETENTION_PROPERTY, parse_duration
 
 __all__ = [
     "DEFAULT_LOG_RETENTION",

@@ -19,33 +19,19 @@ slot expiry freed. The minimum must exceed the longest a transaction runs.
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from mere.errors import MereError, VersionNotFound
 from mere.log.log import Log
+from mere.properties import (  # re-exported: maintenance is where users meet them
+    MIN_RETENTION_PROPERTY,
+    minimum_retention,
+)
 
 if TYPE_CHECKING:
     from mere.database import Database
-
-#: Default minimum retention for vacuum and expire (overridden by the database
-#: property below, or by the ``min_retention`` keyword).
-DEFAULT_MIN_RETENTION = timedelta(hours=1)
-#: Database property holding the minimum retention, as a duration (``"1h"``, ``"7d"``, ``"3600"``).
-MIN_RETENTION_PROPERTY = "vacuumMinRetention"
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?", re.IGNORECASE)
-_UNITS = {
-    "ms": 0.001,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-    "d": 86400.0,
-    "w": 604800.0,
-}
 
 
 class RetentionTooShort(MereError):
@@ -54,52 +40,6 @@ class RetentionTooShort(MereError):
 
 class DataFileMissing(MereError):
     """A data file a version references no longer exists (vacuum deleted it)."""
-
-
-def parse_duration(text: str) -> timedelta:
-    """A duration written as ``90``, ``90s``, ``15m``, ``1h30m``, ``7d``, ``2w`` or ``500ms``.
-
-    A bare number means seconds.
-
-    Raises:
-        ValueError: the text is not a duration.
-    """
-    source = text.strip()
-    if not source:
-        raise ValueError("an empty duration")
-    seconds = 0.0
-    pos = 0
-    while pos < len(source):
-        match = _DURATION_PART.match(source, pos)
-        if match is None or match.end() == pos:
-            raise ValueError(
-                f"{text!r} is not a duration (examples: 3600, 90s, 15m, 1h30m, 7d, 2w)"
-            )
-        unit = (match.group(2) or "s").lower()
-        seconds += float(match.group(1)) * _UNITS[unit]
-        pos = match.end()
-        while pos < len(source) and source[pos] == " ":
-            pos += 1
-    return timedelta(seconds=seconds)
-
-
-def minimum_retention(
-    properties: Mapping[str, str], override: timedelta | None = None
-) -> timedelta:
-    """The minimum retention: the override, else the database property, else 1 hour.
-
-    Raises:
-        ValueError: the database property is not a duration.
-    """
-    if override is not None:
-        return override
-    text = properties.get(MIN_RETENTION_PROPERTY)
-    if text is None:
-        return DEFAULT_MIN_RETENTION
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise ValueError(f"database property {MIN_RETENTION_PROPERTY}: {exc}") from None
 
 
 def check_retention(

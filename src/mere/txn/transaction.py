@@ -48,6 +48,7 @@ from mere.log.actions import (
 )
 from mere.log.log import PutOutcome
 from mere.names import check_table_name, name_key
+from mere.properties import check_database_properties
 from mere.schema import conform, merge_schema, normalize_schema, to_arrow_table
 from mere.snapshot.scan import ScanPlan, plan_scan, scan_batches, scan_files
 from mere.snapshot.snapshot import describe_table
@@ -667,19 +668,6 @@ def _collapse(operations: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             out.append(dict(op))
     return out
-
-
-def check_database_properties(properties: Mapping[str, str]) -> None:
-    """Raise ValueError when a property mere reads has a value it cannot use."""
-    from mere.maintain.common import minimum_retention  # here: mere.maintain imports this module
-
-    interval = properties.get("checkpointInterval")
-    whole = interval is None or (interval.isascii() and interval.isdigit())
-    if interval is not None and not (whole and int(interval) >= 1):
-        raise ValueError(
-            f"database property checkpointInterval must be a whole number >= 1, not {interval!r}"
-        )
-    minimum_retention(properties)
 
 
 class TxTable:

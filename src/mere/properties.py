@@ -1,0 +1,105 @@
+"""Database properties mere reads, with their defaults, parsing and validation.
+
+They live in the ``database`` action (docs/format.md §2.3): set at creation
+(``connect(checkpoint_interval=...)``) and changed later with
+``db.set_properties``. One module knows them, so that what a transaction
+accepts and what the readers of a property understand cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+
+#: How often writers checkpoint, in commits (decimal text).
+CHECKPOINT_INTERVAL_PROPERTY = "checkpointInterval"
+DEFAULT_CHECKPOINT_INTERVAL = 100
+
+#: Default minimum retention for vacuum and expire (overridden by the database
+#: property below, or by the ``min_retention`` keyword).
+DEFAULT_MIN_RETENTION = timedelta(hours=1)
+#: Database property holding the minimum retention, as a duration (``"1h"``, ``"7d"``, ``"3600"``).
+MIN_RETENTION_PROPERTY = "vacuumMinRetention"
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?", re.IGNORECASE)
+_UNITS = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+}
+
+
+def parse_duration(text: str) -> timedelta:
+    """A duration written as ``90``, ``90s``, ``15m``, ``1h30m``, ``7d``, ``2w`` or ``500ms``.
+
+    A bare number means seconds.
+
+    Raises:
+        ValueError: the text is not a duration.
+    """
+    source = text.strip()
+    if not source:
+        raise ValueError("an empty duration")
+    seconds = 0.0
+    pos = 0
+    while pos < len(source):
+        match = _DURATION_PART.match(source, pos)
+        if match is None or match.end() == pos:
+            raise ValueError(
+                f"{text!r} is not a duration (examples: 3600, 90s, 15m, 1h30m, 7d, 2w)"
+            )
+        unit = (match.group(2) or "s").lower()
+        seconds += float(match.group(1)) * _UNITS[unit]
+        pos = match.end()
+        while pos < len(source) and source[pos] == " ":
+            pos += 1
+    return timedelta(seconds=seconds)
+
+
+def minimum_retention(
+    properties: Mapping[str, str], override: timedelta | None = None
+) -> timedelta:
+    """The minimum retention: the override, else the database property, else 1 hour.
+
+    Raises:
+        ValueError: the database property is not a duration.
+    """
+    if override is not None:
+        return override
+    text = properties.get(MIN_RETENTION_PROPERTY)
+    if text is None:
+        return DEFAULT_MIN_RETENTION
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ValueError(f"database property {MIN_RETENTION_PROPERTY}: {exc}") from None
+
+
+def checkpoint_interval(properties: Mapping[str, str]) -> int:
+    """The checkpoint interval the properties ask for (the default when unset or unusable).
+
+    Tolerant, because a log written by another writer may hold anything; what
+    mere itself writes is checked by :func:`check_database_properties`.
+    """
+    try:
+        return max(
+            1, int(properties.get(CHECKPOINT_INTERVAL_PROPERTY, DEFAULT_CHECKPOINT_INTERVAL))
+        )
+    except ValueError:
+        return DEFAULT_CHECKPOINT_INTERVAL
+
+
+def check_database_properties(properties: Mapping[str, str]) -> None:
+    """Raise ValueError when a property mere reads has a value it cannot use."""
+    interval = properties.get(CHECKPOINT_INTERVAL_PROPERTY)
+    whole = interval is None or (interval.isascii() and interval.isdigit())
+    if interval is not None and not (whole and int(interval) >= 1):
+        raise ValueError(
+            f"database property {CHECKPOINT_INTERVAL_PROPERTY} must be a whole number >= 1, "
+            f"not {interval!r}"
+        )
+    minimum_retention(properties)
