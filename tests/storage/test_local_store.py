@@ -284,9 +284,10 @@ def test_temp_files_are_invisible_and_their_names_reserved(local_store: LocalSto
             local_store.put_if_absent(key, b"")
         with pytest.raises(InvalidKey):
             local_store.get(key)
-    assert local_store.remove_temp_files(older_than=0) == 2
+    assert local_store.remove_temp_files(older_than=0) == 3  # two files, one directory
     assert local_store.get("d/real") == b"1"
     assert not (root / "d" / f"{TEMP_PREFIX}0123456789abcdef").exists()
+    assert not (root / f"{TEMP_PREFIX}dir").exists()
 
 
 def test_a_plain_dot_name_is_a_valid_key(local_store: LocalStore) -> None:
@@ -514,3 +515,54 @@ def test_listing_the_tail_of_a_big_directory(big_log: tuple[LocalStore, int]) ->
 
 def listed_after(store: LocalStore, prefix: str, start_after: str) -> list[str]:
     return [meta.key for meta in store.list(prefix, start_after=start_after)]
+
+
+# --- files written by other programs (Spark's Parquet writer) ----------------------------
+
+
+def test_link_if_absent_publishes_a_staged_file_without_copying(local_store: LocalStore) -> None:
+    staging = local_store.temp_directory("tables/t/", "spark")
+    assert Path(staging).parent == Path(local_store.root, "tables", "t")
+    source = Path(staging, "part-0.parquet")
+    source.write_bytes(b"rows")
+    inode = source.stat().st_ino
+    assert listed(local_store) == []  # staged files are not objects
+    local_store.link_if_absent("tables/t/p=1/a.parquet", str(source))
+    assert local_store.get("tables/t/p=1/a.parquet") == b"rows"
+    assert Path(local_store.root, "tables/t/p=1/a.parquet").stat().st_ino == inode
+    assert not source.exists()
+    assert listed(local_store) == ["tables/t/p=1/a.parquet"]
+
+
+def test_link_if_absent_never_replaces_an_object(local_store: LocalStore) -> None:
+    local_store.put_if_absent("k", b"first")
+    staging = local_store.temp_directory("", "spark")
+    source = Path(staging, "f")
+    source.write_bytes(b"second")
+    with pytest.raises(AlreadyExists):
+        local_store.link_if_absent("k", str(source))
+    assert local_store.get("k") == b"first"
+    assert source.read_bytes() == b"second"  # left for the caller to remove
+    with pytest.raises(InvalidKey):
+        local_store.link_if_absent("../escape", str(source))
+    with pytest.raises(StorageError):
+        local_store.link_if_absent("missing-source", str(Path(staging, "nope")))
+    assert not Path(local_store.root, "missing-source").exists()
+
+
+def test_abandoned_temp_directories_are_swept_only_when_all_of_them_is_old(
+    local_store: LocalStore,
+) -> None:
+    staging = Path(local_store.temp_directory("tables/t/", "spark"))
+    (staging / "sub").mkdir()
+    (staging / "sub" / "part-0.parquet").write_bytes(b"x")
+    old = time.time() - 7200
+    for path in (staging, staging / "sub"):
+        os.utime(path, (old, old))
+    # A file written a moment ago (a job still running) keeps the directory.
+    assert local_store.remove_temp_files(older_than=3600) == 0
+    os.utime(staging / "sub" / "part-0.parquet", (old, old))
+    assert local_store.remove_temp_files(older_than=3600, dry_run=True) == 1
+    assert staging.exists()
+    assert local_store.remove_temp_files(older_than=3600) == 1
+    assert not staging.exists()

@@ -28,7 +28,6 @@ older than the retention.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -44,7 +43,7 @@ from mere.maintain.common import (
 )
 from mere.maintain.progress import progress
 from mere.snapshot.state import TableState
-from mere.storage.local import TEMP_PREFIX, LocalStore
+from mere.storage.local import LocalStore
 
 if TYPE_CHECKING:
     from mere.database import Database
@@ -166,15 +165,4 @@ def _sweep_temp_files(db: Database, cutoff: float, dry_run: bool) -> int:
     store = db.store
     if not isinstance(store, LocalStore):
         return 0
-    if not dry_run:
-        return store.remove_temp_files(older_than=max(0.0, time.time() - cutoff))
-    count = 0
-    for dirpath, _dirs, names in os.walk(store.root):
-        for name in names:
-            if name.startswith(TEMP_PREFIX):
-                try:
-                    if os.lstat(os.path.join(dirpath, name)).st_mtime <= cutoff:
-                        count += 1
-                except FileNotFoundError:
-                    continue
-    return count
+    return store.remove_temp_files(older_than=max(0.0, time.time() - cutoff), dry_run=dry_run)

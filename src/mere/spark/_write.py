@@ -33,8 +33,9 @@ from mere.spark._files import (
     delete_files,
     write_batches,
 )
+from mere.spark._native_write import native_write_refusal, write_natively
 from mere.spark._types import table_schema_from_spark
-from mere.storage import open_store
+from mere.storage import LocalStore, open_store
 from mere.txn.transaction import DEFAULT_ISOLATION, Isolation, Transaction
 
 if TYPE_CHECKING:
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("mere.spark")
 
 Mode = Literal["append", "overwrite"]
+#: How :func:`write` makes the data files: Spark's Parquet writer, Arrow in Python, or
+#: the first where it applies.
+Method = Literal["auto", "native", "arrow"]
 _ADD_SCHEMA = pa.schema([pa.field("add", pa.string(), nullable=False)])
 
 
@@ -309,6 +313,7 @@ def write(
     app_id: str | None = None,
     app_version: int | None = None,
     target_file_size: int | None = None,
+    method: Method = "auto",
 ) -> int:
     """Write a DataFrame into ``table`` as part of the transaction ``tx``; return the rows.
 
@@ -323,10 +328,19 @@ def write(
         app_id, app_version: an idempotent write: skipped (returns 0) when
             ``app_id`` already recorded ``app_version`` or a later version;
             otherwise ``tx`` records it.
-        target_file_size: the size data files are cut at (default: the database's).
+        target_file_size: the size data files are cut at (default: the database's;
+            the native method writes one file per task and partition instead).
+        method: ``native`` has Spark's own Parquet writer make the data files
+            (the fastest: no rows pass through Python; a local store, flat
+            columns and the table's exact Spark types are needed);
+            ``arrow`` sends Arrow batches to Python tasks that write them with
+            pyarrow (any store and type, with lossless casts); ``auto``
+            (default) is ``native`` where it applies and no
+            ``target_file_size`` is asked for, else ``arrow``.
 
     Raises:
         SchemaMismatch: the DataFrame's columns do not fit the table.
+        ValueError: ``method="native"`` where it does not apply (says why).
         ConstraintViolation: a NOT NULL, CHECK or replaceWhere condition fails
             (the job fails; its files are deleted).
     """
@@ -334,21 +348,35 @@ def write(
         raise ValueError(f"mode must be 'append' or 'overwrite', not {mode!r}")
     if replace_where is not None and mode != "overwrite":
         raise ValueError("replace_where needs mode='overwrite'")
+    if method not in ("auto", "native", "arrow"):
+        raise ValueError(f"method must be 'auto', 'native' or 'arrow', not {method!r}")
     check_app(app_id, app_version)
     uri = check_uri(_core.tx_uri(tx))
     if app_id is not None and already_applied(tx.app_version(app_id), app_version):
         return 0
-    if tx.has_table(table):
+    exists = tx.has_table(table)
+    if exists:
         meta = _core.tx_table_meta(tx, table)
         check_partition_by(meta, partition_by)
-    else:
-        tx.create_table(table, table_schema_from_spark(df.schema), partition_by=partition_by or ())
-        meta = _core.tx_table_meta(tx, table)
+    else:  # planned here, created below once every check has passed
+        schema = table_schema_from_spark(df.schema)
+        meta = _core.new_table_meta(table, schema, partition_by or (), {})
     check_dataframe_schema(df.schema, meta)
     if replace_where is not None:
         check_condition(meta, replace_where)
-    target = WriteTarget(uri, meta, target_file_size or tx.target_file_size, replace_where)
-    adds = run_write_job(df, target)
+    store = open_store(uri)
+    refusal = native_write_refusal(store, meta, df.schema)
+    if method == "native" and refusal is not None:
+        raise ValueError(f"mere.spark.write cannot use Spark's Parquet writer: {refusal}")
+    if not exists:
+        tx.create_table(table, meta.schema, partition_by=partition_by or ())
+        meta = _core.tx_table_meta(tx, table)
+    if method == "native" or (method == "auto" and refusal is None and target_file_size is None):
+        assert isinstance(store, LocalStore)
+        adds = write_natively(df, store, meta, replace_where)
+    else:
+        target = WriteTarget(uri, meta, target_file_size or tx.target_file_size, replace_where)
+        adds = run_write_job(df, target)
     try:
         if mode == "overwrite":
             handle = tx.table(table)
@@ -357,7 +385,7 @@ def write(
         if app_id is not None and app_version is not None:
             tx.set_app_transaction(app_id, app_version)
     except BaseException:
-        delete_files(open_store(uri), meta, [a.path for a in adds])
+        delete_files(store, meta, [a.path for a in adds])
         raise
     return sum(a.rows for a in adds)
 

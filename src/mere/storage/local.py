@@ -36,6 +36,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import shutil
 import stat
 import time
 from collections.abc import Iterator
@@ -73,6 +74,18 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def _newest_mtime(directory: str) -> float:
+    """The latest modification time of ``directory`` and everything below it."""
+    newest = os.lstat(directory).st_mtime if os.path.lexists(directory) else 0.0
+    for dirpath, dirnames, filenames in os.walk(directory):
+        for name in dirnames + filenames:
+            try:
+                newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
+            except FileNotFoundError:
+                continue
+    return newest
 
 
 def _write_all(fd: int, data: bytes | memoryview | pa.Buffer) -> None:
@@ -263,6 +276,57 @@ class LocalStore(ObjectStore):
         except OSError as exc:
             raise self._error("put_if_absent", key, exc) from exc
 
+    def temp_directory(self, prefix: str, label: str) -> str:
+        """Create and return a fresh temp directory under the key prefix ``prefix``.
+
+        For files written by another program (Spark's Parquet writer) before
+        :meth:`link_if_absent` makes them objects. Its name starts with
+        :data:`TEMP_PREFIX`, so ``list`` never reports what it holds and
+        :meth:`remove_temp_files` sweeps it once abandoned; the caller removes it.
+        """
+        check_prefix(prefix)
+        parent = self.root if not prefix.strip("/") else self._path(prefix.strip("/"))
+        path = os.path.join(parent, f"{TEMP_PREFIX}{label}-{secrets.token_hex(8)}")
+        try:
+            os.makedirs(path)
+        except OSError as exc:
+            raise self._error("temp_directory", prefix, exc) from exc
+        return path
+
+    def link_if_absent(self, key: str, source: str) -> None:
+        """Make the file at ``source`` the object ``key``, durably, only if ``key`` is absent.
+
+        ``put_if_absent`` for bytes that are already in a file on this file
+        system (written by another program into a :meth:`temp_directory`):
+        ``fsync`` the file, ``os.link`` it to the key's path (which fails if
+        the name exists), remove the source name and ``fsync`` the directory.
+        No byte is copied.
+
+        Raises:
+            AlreadyExists: the key exists; nothing was changed.
+            InvalidKey: the key is malformed or would leave the root.
+            StorageError: anything else, e.g. ``source`` is on another file system.
+        """
+        path = self._path(key)
+        parent = os.path.dirname(path)
+        try:
+            fd = os.open(source, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            created = self._make_dirs(key, parent)
+            try:
+                os.link(source, path)
+            except FileExistsError:
+                raise AlreadyExists(key) from None
+            _unlink_quietly(source)
+            _fsync_dir(parent)
+            for directory in reversed(created):
+                _fsync_dir(os.path.dirname(directory))
+        except OSError as exc:
+            raise self._error("link_if_absent", key, exc) from exc
+
     def put(self, key: str, data: bytes | memoryview | pa.Buffer) -> None:
         """Create or replace ``key`` atomically (temp file + ``os.replace``).
 
@@ -449,23 +513,34 @@ class LocalStore(ObjectStore):
 
     # --- maintenance -------------------------------------------------------------
 
-    def remove_temp_files(self, older_than: float = 3600.0) -> int:
-        """Delete leftover temp files (from killed writers) older than ``older_than`` s.
+    def remove_temp_files(self, older_than: float = 3600.0, *, dry_run: bool = False) -> int:
+        """Delete leftovers of killed writers older than ``older_than`` seconds.
 
-        Temp files of writes in flight are younger than any sane threshold;
-        the default of an hour leaves them alone. Returns how many were removed.
-        Never raises for files that vanish concurrently.
+        Leftovers are temp files, and temp directories (a Spark job's staging
+        directory, see :meth:`link_if_absent`) whose newest entry is that old.
+        Writes in flight are younger than any sane threshold; the default of an
+        hour leaves them alone. Returns how many leftovers were removed (with
+        ``dry_run``, how many would be). Never raises for files that vanish
+        concurrently.
         """
         cutoff = time.time() - older_than
         removed = 0
-        for dirpath, _dirnames, filenames in os.walk(self.root):
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            for name in [d for d in dirnames if d.startswith(TEMP_PREFIX)]:
+                dirnames.remove(name)  # not walked: removed whole, or left whole
+                path = os.path.join(dirpath, name)
+                if _newest_mtime(path) <= cutoff:
+                    if not dry_run:
+                        shutil.rmtree(path, ignore_errors=True)
+                    removed += 1
             for name in filenames:
                 if not name.startswith(TEMP_PREFIX):
                     continue
                 path = os.path.join(dirpath, name)
                 try:
                     if os.lstat(path).st_mtime <= cutoff:
-                        os.unlink(path)
+                        if not dry_run:
+                            os.unlink(path)
                         removed += 1
                 except FileNotFoundError:
                     continue
