@@ -1,5 +1,10 @@
 """Writing with Spark: ``df.write.parquet`` vs the mere data source vs ``mere.spark.write``.
 
+``mere.spark.write`` runs twice: ``native`` (Spark's Parquet writer makes the
+files) and ``arrow`` (Python tasks write Arrow batches with pyarrow). The
+baseline is ``df.write.parquet`` with Spark's defaults (snappy);
+``parquet zstd`` is the same with mere's compression, zstd.
+
 Two workloads, each in one Spark session (``local[2]`` unless ``--master``):
 
 * ``rows``: ``--rows`` rows (default 10M) of the baseline schema generated in
@@ -100,17 +105,22 @@ def rows_writers(spark: Any, workdir: Path, rows: int) -> dict[str, Callable[[],
         mere.connect(uri).create_table(TABLE, c.BASELINE_SCHEMA)
         df.write.format("mere").option("database", uri).mode("append").save(TABLE)
 
-    def transaction() -> None:
-        uri = fresh()
-        mere.connect(uri).create_table(TABLE, c.BASELINE_SCHEMA)
-        with mere.connect(uri).transaction() as tx:
-            mere.spark.write(tx, df, TABLE)
+    def transaction(method: str) -> Callable[[], None]:
+        def run() -> None:
+            uri = fresh()
+            mere.connect(uri).create_table(TABLE, c.BASELINE_SCHEMA)
+            with mere.connect(uri).transaction() as tx:
+                mere.spark.write(tx, df, TABLE, method=method)  # type: ignore[arg-type]
+
+        return run
 
     return {
         "parquet": lambda: df.write.mode("overwrite").parquet(fresh()),
+        "parquet zstd": lambda: df.write.option("compression", "zstd").parquet(fresh()),
         "floor": lambda: floor(df),
         "datasource": datasource,
-        "write(tx)": transaction,
+        "write(tx) native": transaction("native"),
+        "write(tx) arrow": transaction("arrow"),
     }
 
 
@@ -135,16 +145,25 @@ def tpch_writers(
             frame(table).write.parquet(str(out / table))
             per_table.setdefault(f"parquet {table}", []).append(time.perf_counter() - t0)
 
-    def transaction() -> None:
-        db = mere.connect(str(fresh()))
-        with db.transaction() as tx:
-            for table in TPCH_TABLES:
-                t0 = time.perf_counter()
-                mere.spark.write(tx, frame(table), table)
-                per_table.setdefault(f"mere {table}", []).append(time.perf_counter() - t0)
-        assert tx.commit_version == 1
+    def transaction(method: str) -> Callable[[], None]:
+        def run() -> None:
+            db = mere.connect(str(fresh()))
+            with db.transaction() as tx:
+                for table in TPCH_TABLES:
+                    t0 = time.perf_counter()
+                    mere.spark.write(tx, frame(table), table, method=method)  # type: ignore[arg-type]
+                    per_table.setdefault(f"mere {method} {table}", []).append(
+                        time.perf_counter() - t0
+                    )
+            assert tx.commit_version == 1
 
-    return {"parquet": parquet, "write(tx)": transaction}
+        return run
+
+    return {
+        "parquet": parquet,
+        "write(tx) native": transaction("native"),
+        "write(tx) arrow": transaction("arrow"),
+    }
 
 
 def main() -> None:
@@ -202,13 +221,15 @@ def main() -> None:
         print()
         print(
             c.format_table(
-                ["table", "parquet", "mere", "ratio"],
+                ["table", "parquet", "native", "arrow", "native / parquet", "arrow / parquet"],
                 [
                     [
                         t,
                         med[f"parquet {t}"],
-                        med[f"mere {t}"],
-                        f"{med[f'mere {t}'] / med[f'parquet {t}']:.2f}x",
+                        med[f"mere native {t}"],
+                        med[f"mere arrow {t}"],
+                        f"{med[f'mere native {t}'] / med[f'parquet {t}']:.2f}x",
+                        f"{med[f'mere arrow {t}'] / med[f'parquet {t}']:.2f}x",
                     ]
                     for t in TPCH_TABLES
                 ],

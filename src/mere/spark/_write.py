@@ -335,8 +335,11 @@ def write(
             columns and the table's exact Spark types are needed);
             ``arrow`` sends Arrow batches to Python tasks that write them with
             pyarrow (any store and type, with lossless casts); ``auto``
-            (default) is ``native`` where it applies and no
-            ``target_file_size`` is asked for, else ``arrow``.
+            (default) is ``native`` where it applies, Spark runs in local
+            mode and no ``target_file_size`` is asked for, else ``arrow``.
+            On a cluster, ``native`` needs the database's directory at the
+            same path on a file system the driver and every executor share:
+            the driver finds the files Spark wrote by listing it.
 
     Raises:
         SchemaMismatch: the DataFrame's columns do not fit the table.
@@ -371,7 +374,12 @@ def write(
     if not exists:
         tx.create_table(table, meta.schema, partition_by=partition_by or ())
         meta = _core.tx_table_meta(tx, table)
-    if method == "native" or (method == "auto" and refusal is None and target_file_size is None):
+    if method == "native" or (
+        method == "auto"
+        and refusal is None
+        and target_file_size is None
+        and (df.sparkSession.sparkContext.master or "").startswith("local")
+    ):
         assert isinstance(store, LocalStore)
         adds = write_natively(df, store, meta, replace_where)
     else:
