@@ -68,6 +68,13 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _fsync_new_name(parent: str, created: list[str]) -> None:
+    """Make a new name in ``parent`` durable, with the directories ``created`` for it."""
+    _fsync_dir(parent)
+    for directory in reversed(created):
+        _fsync_dir(os.path.dirname(directory))
+
+
 def _unlink_quietly(path: str) -> None:
     """Remove ``path`` if possible; used on cleanup paths that must not mask an error."""
     try:
@@ -270,9 +277,7 @@ class LocalStore(ObjectStore):
                 raise AlreadyExists(key) from None
             finally:
                 _unlink_quietly(tmp)
-            _fsync_dir(parent)
-            for directory in reversed(created):
-                _fsync_dir(os.path.dirname(directory))
+            _fsync_new_name(parent, created)
         except OSError as exc:
             raise self._error("put_if_absent", key, exc) from exc
 
@@ -321,9 +326,7 @@ class LocalStore(ObjectStore):
             except FileExistsError:
                 raise AlreadyExists(key) from None
             _unlink_quietly(source)
-            _fsync_dir(parent)
-            for directory in reversed(created):
-                _fsync_dir(os.path.dirname(directory))
+            _fsync_new_name(parent, created)
         except OSError as exc:
             raise self._error("link_if_absent", key, exc) from exc
 
