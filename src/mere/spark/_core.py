@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -82,6 +83,12 @@ def create_table_with_id(tx: Transaction, meta: TableMeta) -> None:
         properties=dict(meta.properties),
         table_id=meta.id,
     )
+
+
+def evolve_schema(tx: Transaction, name: str, schema: pa.Schema) -> None:
+    """Give a table the schema a ``mergeSchema`` write extended, in ``tx``."""
+    table_id = tx.table(name)._id
+    tx._alter(table_id, replace(tx._meta(table_id), schema=schema), "MERGE SCHEMA")
 
 
 def plan_tx_read(tx: Transaction, name: str, where: str | None) -> tuple[ScanPlan, list[AddFile]]:

@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 from mere.database import connect
 from mere.errors import ConcurrentMetadataChange, ConcurrentTransaction, SchemaMismatch
 from mere.log.actions import ISOLATION_LEVELS, AddFile, TableMeta
-from mere.schema import conform
+from mere.schema import conform, merge_schema
 from mere.spark import _core
 from mere.spark._files import (
     WriteTarget,
@@ -64,6 +64,9 @@ class WriteJob:
     isolation: Isolation = DEFAULT_ISOLATION
     app_id: str | None = None
     app_version: int | None = None
+    #: With ``mergeSchema``: the table's schema before the write extended it
+    #: (``target.table`` holds the extended one, which the commit gives the table).
+    evolved_from: pa.Schema | None = None
 
 
 def check_uri(uri: str) -> str:
@@ -110,6 +113,18 @@ def check_dataframe_schema(schema: StructType, meta: TableMeta) -> None:
     conform(table_schema_from_spark(schema).empty_table(), meta.schema, what="the DataFrame")
 
 
+def merge_dataframe_schema(meta: TableMeta, schema: StructType) -> TableMeta:
+    """The table extended for a ``mergeSchema`` write of a DataFrame with ``schema``.
+
+    Columns the table lacks are added (nullable), safe widenings applied
+    (``int`` to ``long``...); the DataFrame must still hold every column of
+    the table. Nothing changes if the DataFrame cannot be written even then.
+    """
+    merged = replace(meta, schema=merge_schema(meta.schema, table_schema_from_spark(schema)))
+    check_dataframe_schema(schema, merged)
+    return merged
+
+
 def prepare_write(
     uri: str,
     name: str,
@@ -123,6 +138,7 @@ def prepare_write(
     app_version: int | None = None,
     target_file_size: int | None = None,
     create_now: bool = False,
+    merge_schema: bool = False,
 ) -> WriteJob:
     """Plan a data-source write of a DataFrame with ``schema`` into table ``name``.
 
@@ -130,7 +146,8 @@ def prepare_write(
     column nullable) and ``partition_by``, in the same commit as the data. With
     ``create_now`` it is created at once in a commit of its own instead: a
     streaming write plans its job in several processes, which must agree on
-    the table's id.
+    the table's id. With ``merge_schema`` an existing table is extended to
+    the DataFrame's columns (:func:`merge_dataframe_schema`) by the commit.
     """
     check_uri(uri)
     check_app(app_id, app_version)
@@ -140,9 +157,14 @@ def prepare_write(
     db = connect(uri)
     snapshot = db.snapshot()
     create = False
+    evolved_from = None
     if snapshot.has_table(name):
         meta = _core.table_meta(snapshot.table(name))
         check_partition_by(meta, partition_by)
+        if merge_schema:
+            merged = merge_dataframe_schema(meta, schema)
+            if not merged.schema.equals(meta.schema, check_metadata=True):
+                evolved_from, meta = meta.schema, merged
     elif create_now:
         db.create_table(
             name,
@@ -175,6 +197,7 @@ def prepare_write(
         isolation=level,
         app_id=app_id,
         app_version=app_version,
+        evolved_from=evolved_from,
     )
 
 
@@ -195,13 +218,19 @@ def _bind_table(tx: Transaction, job: WriteJob) -> None:
         _core.create_table_with_id(tx, meta)
         return
     current = _core.tx_table_meta(tx, job.name)
-    if not _same_table(current, meta):
-        what = "dropped and re-created" if current.id != meta.id else "altered"
-        raise ConcurrentMetadataChange(
-            f"table {job.name!r} was {what} while the Spark job wrote its files",
-            winning_version=tx.read_version,
-            table=job.name,
-        )
+    if _same_table(current, meta):
+        return  # a stream's later batches: an earlier one already extended the schema
+    if job.evolved_from is not None and _same_table(
+        current, replace(meta, schema=job.evolved_from)
+    ):
+        _core.evolve_schema(tx, job.name, meta.schema)
+        return
+    what = "dropped and re-created" if current.id != meta.id else "altered"
+    raise ConcurrentMetadataChange(
+        f"table {job.name!r} was {what} while the Spark job wrote its files",
+        winning_version=tx.read_version,
+        table=job.name,
+    )
 
 
 def commit_write(job: WriteJob, adds: list[AddFile]) -> int | None:
@@ -314,6 +343,7 @@ def write(
     app_version: int | None = None,
     target_file_size: int | None = None,
     method: Method = "auto",
+    schema_mode: Literal["strict", "merge"] = "strict",
 ) -> int:
     """Write a DataFrame into ``table`` as part of the transaction ``tx``; return the rows.
 
@@ -328,6 +358,10 @@ def write(
         app_id, app_version: an idempotent write: skipped (returns 0) when
             ``app_id`` already recorded ``app_version`` or a later version;
             otherwise ``tx`` records it.
+        schema_mode: ``merge`` adds the DataFrame's columns the table lacks
+            (nullable) and applies safe widenings, in ``tx``, as
+            ``append(..., schema_mode="merge")`` does; ``strict`` (default)
+            refuses a DataFrame that does not match the table.
         target_file_size: the size data files are cut at (default: the database's;
             the native method writes one file per task and partition instead).
         method: ``native`` has Spark's own Parquet writer make the data files
@@ -353,14 +387,21 @@ def write(
         raise ValueError("replace_where needs mode='overwrite'")
     if method not in ("auto", "native", "arrow"):
         raise ValueError(f"method must be 'auto', 'native' or 'arrow', not {method!r}")
+    if schema_mode not in ("strict", "merge"):
+        raise ValueError(f"schema_mode must be 'strict' or 'merge', not {schema_mode!r}")
     check_app(app_id, app_version)
     uri = check_uri(_core.tx_uri(tx))
     if app_id is not None and already_applied(tx.app_version(app_id), app_version):
         return 0
     exists = tx.has_table(table)
+    evolve = False
     if exists:
         meta = _core.tx_table_meta(tx, table)
         check_partition_by(meta, partition_by)
+        if schema_mode == "merge":
+            merged = merge_dataframe_schema(meta, df.schema)
+            evolve = not merged.schema.equals(meta.schema, check_metadata=True)
+            meta = merged
     else:  # planned here, created below once every check has passed
         schema = table_schema_from_spark(df.schema)
         meta = _core.new_table_meta(table, schema, partition_by or (), {})
@@ -373,6 +414,9 @@ def write(
         raise ValueError(f"mere.spark.write cannot use Spark's Parquet writer: {refusal}")
     if not exists:
         tx.create_table(table, meta.schema, partition_by=partition_by or ())
+        meta = _core.tx_table_meta(tx, table)
+    elif evolve:
+        _core.evolve_schema(tx, table, meta.schema)
         meta = _core.tx_table_meta(tx, table)
     if method == "native" or (
         method == "auto"

@@ -19,7 +19,8 @@ Options (case-insensitive):
   has no offset, or milliseconds since the epoch).
 * writes: ``replaceWhere`` (SQL condition; with ``overwrite``), ``partitionBy``
   (comma-separated, when the write creates the table), ``isolation``,
-  ``txnAppId`` + ``txnVersion`` (idempotent writes), ``targetFileSize`` (bytes).
+  ``txnAppId`` + ``txnVersion`` (idempotent writes), ``targetFileSize`` (bytes),
+  ``mergeSchema`` (``true``: add the DataFrame's new columns to the table).
 * streaming writes: ``txnAppId`` (required): each micro-batch commits with its
   batch id as the app version, so a replayed batch commits nothing.
 """
@@ -113,6 +114,15 @@ def _int_option(options: Any, key: str) -> int | None:
         return int(text)
     except ValueError:
         raise ValueError(f"option {key} must be an integer, not {text!r}") from None
+
+
+def _bool_option(options: Any, key: str) -> bool:
+    text = _option(options, key)
+    if text is None or text.strip().lower() == "false":
+        return False
+    if text.strip().lower() == "true":
+        return True
+    raise ValueError(f"option {key} must be true or false, not {text!r}")
 
 
 def parse_timestamp(text: str) -> datetime | int:
@@ -227,6 +237,7 @@ class MereDataSource(DataSource):
             app_version=0 if streaming else _int_option(options, "txnVersion"),
             target_file_size=_int_option(options, "targetFileSize"),
             create_now=streaming,
+            merge_schema=_bool_option(options, "mergeSchema"),
         )
 
     def writer(self, schema: StructType, overwrite: bool) -> MereWriter:
