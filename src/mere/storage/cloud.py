@@ -160,7 +160,47 @@ def _uri(scheme: str, authority: str, prefix: str) -> str:
     return f"{scheme}://{authority}/{prefix}" if prefix else f"{scheme}://{authority}"
 
 
-class S3Store(ObstoreStore):
+#: The URI scheme each backend reports its stores under.
+_URI_SCHEMES: dict[Backend, str] = {"s3": "s3", "azure": "az", "gcs": "gs"}
+
+
+class _CloudStore(ObstoreStore):
+    """What the three cloud stores share: options split and redacted, the client built."""
+
+    def _connect(
+        self,
+        obstore_class: Any,
+        backend: Backend,
+        name: str,
+        prefix: str,
+        *,
+        storage_options: Mapping[str, Any] | None,
+        retry: RetryPolicy | None,
+        whole_object_limit: int,
+        credential_provider: Any,
+        uri: str | None = None,
+        config_defaults: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Build the obstore client for bucket or container ``name`` and initialize the store."""
+        redact = _redactor(storage_options)
+        config, client = _split_options(storage_options)
+        for key, value in (config_defaults or {}).items():
+            config.setdefault(key, value)
+        inner = _build(obstore_class, name, redact, config, client, credential_provider)
+        prefix = _clean_prefix(prefix)
+        ObstoreStore.__init__(
+            self,
+            inner,
+            backend=backend,
+            uri=uri or _uri(_URI_SCHEMES[backend], name, prefix),
+            prefix=prefix,
+            retry=retry,
+            redactor=redact,
+            whole_object_limit=whole_object_limit,
+        )
+
+
+class S3Store(_CloudStore):
     """An Amazon S3 bucket (or an S3-compatible service) under an optional prefix.
 
     Create-only puts use ``If-None-Match: *`` (AWS since 2024, MinIO, R2...).
@@ -193,23 +233,20 @@ class S3Store(ObstoreStore):
         import_obstore("s3")
         from obstore.store import S3Store as ObstoreS3
 
-        redact = _redactor(storage_options)
-        config, client = _split_options(storage_options)
-        inner = _build(ObstoreS3, bucket, redact, config, client, credential_provider)
-        prefix = _clean_prefix(prefix)
         self.bucket = bucket
-        super().__init__(
-            inner,
-            backend="s3",
-            uri=_uri("s3", bucket, prefix),
-            prefix=prefix,
+        self._connect(
+            ObstoreS3,
+            "s3",
+            bucket,
+            prefix,
+            storage_options=storage_options,
             retry=retry,
-            redactor=redact,
             whole_object_limit=whole_object_limit,
+            credential_provider=credential_provider,
         )
 
 
-class AzureStore(ObstoreStore):
+class AzureStore(_CloudStore):
     """An Azure Blob Storage container (ADLS Gen2 too) under an optional prefix.
 
     Create-only puts use ``If-None-Match: *``. Listing with ``start_after``
@@ -250,25 +287,22 @@ class AzureStore(ObstoreStore):
         import_obstore("azure")
         from obstore.store import AzureStore as ObstoreAzure
 
-        redact = _redactor(storage_options)
-        config, client = _split_options(storage_options)
-        if account is not None:
-            config.setdefault("account_name", account)
-        inner = _build(ObstoreAzure, container, redact, config, client, credential_provider)
-        prefix = _clean_prefix(prefix)
         self.container = container
-        super().__init__(
-            inner,
-            backend="azure",
-            uri=uri or _uri("az", container, prefix),
-            prefix=prefix,
+        self._connect(
+            ObstoreAzure,
+            "azure",
+            container,
+            prefix,
+            storage_options=storage_options,
             retry=retry,
-            redactor=redact,
             whole_object_limit=whole_object_limit,
+            credential_provider=credential_provider,
+            uri=uri,
+            config_defaults={} if account is None else {"account_name": account},
         )
 
 
-class GCSStore(ObstoreStore):
+class GCSStore(_CloudStore):
     """A Google Cloud Storage bucket under an optional prefix.
 
     Create-only puts send ``x-goog-if-generation-match: 0``.
@@ -301,19 +335,16 @@ class GCSStore(ObstoreStore):
         import_obstore("gcs")
         from obstore.store import GCSStore as ObstoreGCS
 
-        redact = _redactor(storage_options)
-        config, client = _split_options(storage_options)
-        inner = _build(ObstoreGCS, bucket, redact, config, client, credential_provider)
-        prefix = _clean_prefix(prefix)
         self.bucket = bucket
-        super().__init__(
-            inner,
-            backend="gcs",
-            uri=_uri("gs", bucket, prefix),
-            prefix=prefix,
+        self._connect(
+            ObstoreGCS,
+            "gcs",
+            bucket,
+            prefix,
+            storage_options=storage_options,
             retry=retry,
-            redactor=redact,
             whole_object_limit=whole_object_limit,
+            credential_provider=credential_provider,
         )
 
 
