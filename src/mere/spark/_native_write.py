@@ -8,12 +8,14 @@ Parquet files can be mere's data files unchanged, the executors run
 
 1. reads each file's footer: row count, null counts and min/max statistics
    in mere's form (floating-point columns get no min/max: Parquet's
-   statistics leave NaN out, mere's record none when one is present);
+   statistics leave NaN out, mere's record none when one is present). A
+   column the footer says nothing of (parquet-mr leaves out the statistics
+   of a column chunk whose min or max is over 4 KiB) is read instead;
 2. recovers each file's partition values from the staging directory names.
    The DataFrame is partitioned by *encoded* columns (``"v" || value`` for
-   strings, days for dates, microseconds for timestamps), so an empty
-   string stays distinct from null and no value depends on Spark's text
-   formatting;
+   strings, or ``"h" || hex(value)`` for the rare ones holding NUL, days for
+   dates, microseconds for timestamps), so an empty string stays distinct
+   from null and no value depends on Spark's text formatting;
 3. links each file to its place in mere's layout
    (``<col>=<value>/part-<uuid>.parquet``; :meth:`LocalStore.link_if_absent`:
    no copy, fsynced like every data file mere writes);
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -69,8 +72,23 @@ if TYPE_CHECKING:
 COMPRESSION = "zstd"
 #: Spark writes Parquet timestamps as INT96 unless told otherwise; mere's are INT64 micros.
 TIMESTAMP_CONF = "spark.sql.parquet.outputTimestampType"
+#: A session may have Spark rebase dates and timestamps before 1582/1900 to the Julian
+#: calendar ("LEGACY"), which no other reader undoes: native writes keep them as they are.
+REBASE_CONF = "spark.sql.parquet.datetimeRebaseModeInWrite"
+#: The session settings every native write runs with (:func:`_write_settings`).
+WRITE_SETTINGS = {TIMESTAMP_CONF: "TIMESTAMP_MICROS", REBASE_CONF: "CORRECTED"}
+#: parquet-mr settings a Hadoop configuration may change that would make footers hold
+#: less than mere's statistics: no statistics at all (for every column, or one: a
+#: ``#<column>`` suffix), or string min/max cut to a length (bounds, not the values).
+STATISTICS_OPTION = "parquet.column.statistics.enabled"
+TRUNCATE_OPTION = "parquet.statistics.truncate.length"
+NO_TRUNCATION = 2**31 - 1
 #: Footers read at once (local files: a few small reads each).
 FOOTER_THREADS = 8
+
+#: Native writes under way per session, and the session's own values of WRITE_SETTINGS.
+_overrides: dict[Any, tuple[int, dict[str, str | None]]] = {}
+_settings_lock = threading.Lock()
 
 
 def native_write_refusal(store: ObjectStore, table: TableMeta, df_schema: StructType) -> str | None:
@@ -82,6 +100,16 @@ def native_write_refusal(store: ObjectStore, table: TableMeta, df_schema: Struct
         return f"the store {store.uri} is not a local directory"
     by_key = {name_key(f.name): f for f in df_schema.fields}
     partitions = set(table.partition_columns)
+    stored: dict[str, str] = {}
+    for field in table.schema:
+        if field.name not in partitions:
+            name = physical_name(field)
+            other = stored.setdefault(name_key(name), name)
+            if other != name:
+                return (
+                    f"its data files name columns {other!r} and {name!r}, which Spark "
+                    "takes for the same column (a column was renamed and another added)"
+                )
     for field in table.schema:
         column = by_key.get(name_key(field.name))
         if column is None:
@@ -135,8 +163,14 @@ def _encode(column: Column, t: pa.DataType) -> Column:
     """A column whose text (never empty) recovers a partition value exactly; null stays null."""
     kind = _encoding(t)
     if kind == "string":
-        text = column
-    elif kind == "days":
+        # Spark escapes in directory names every character a path cannot hold but
+        # NUL: strings holding one go by their UTF-8 bytes in hex ("h" prefix).
+        # Collations compare values mere keeps apart ("a" = "A" in UTF8_LCASE), and
+        # Spark refuses to partition by them: partitions go by the bytes.
+        column = F.collate(column, "UTF8_BINARY")
+        hexed = F.concat(F.lit("h"), F.hex(F.encode(column, "UTF-8")))
+        return F.when(column.contains("\x00"), hexed).otherwise(F.concat(F.lit("v"), column))
+    if kind == "days":
         text = F.unix_date(column).cast("string")
     elif kind == "micros":
         text = F.unix_micros(column).cast("string")
@@ -150,7 +184,10 @@ def _decode(segment: str, t: pa.DataType) -> str | None:
     escaped = segment.partition("=")[2]
     if escaped == NULL_PARTITION:
         return None
-    text = unquote(escaped)[1:]  # drop the "v"
+    text = unquote(escaped)
+    if text.startswith("h"):  # a string holding NUL (see _encode)
+        return bytes.fromhex(text[1:]).decode()
+    text = text[1:]  # drop the "v"
     kind = _encoding(t)
     if kind == "string":
         return text
@@ -193,11 +230,10 @@ def _footer_stats(path: str, table: TableMeta) -> tuple[int, dict[str, Any]]:
         index = {first.column(j).path_in_schema: j for j in range(first.num_columns)}
     for field in data:
         name = physical_name(field)
-        count, lo, hi = _column_stats(md, index.get(name), field.type)
-        if count is None:  # no null count in the footer: count them
-            column = pq.read_table(path, columns=[name]).column(name)
-            count = column.null_count
-        nulls[name] = count
+        found = _column_stats(md, index.get(name), field.type)
+        if found is None:  # the footer does not tell: from the values, as the Arrow path does
+            found = _value_stats(pq.read_table(path, columns=[name]).column(name))
+        nulls[name], lo, hi = found
         if lo is not None and hi is not None:
             mins[name], maxs[name] = lo, hi
     return md.num_rows, {
@@ -210,58 +246,101 @@ def _footer_stats(path: str, table: TableMeta) -> tuple[int, dict[str, Any]]:
 
 def _column_stats(
     md: pq.FileMetaData, j: int | None, t: pa.DataType
-) -> tuple[int | None, Any, Any]:
-    """Null count and JSON min/max of column ``j`` over every row group (None: unknown)."""
+) -> tuple[int, Any, Any] | None:
+    """Null count and JSON min/max of column ``j`` over every row group.
+
+    None when the footer does not hold them: parquet-mr leaves out every
+    statistic of a column chunk whose min or max is over 4 KiB.
+    """
     if j is None:
         return md.num_rows, None, None
-    nulls: int | None = 0
+    nulls = 0
     lo: Any = None
     hi: Any = None
     exact = has_statistics(t) and not pat.is_floating(t)
     for g in range(md.num_row_groups):
-        chunk = md.row_group(g).column(j)
-        s = chunk.statistics
+        s = md.row_group(g).column(j).statistics
         if s is None or not s.has_null_count:
-            nulls = None
-        elif nulls is not None:
-            nulls += s.null_count
-        values = md.row_group(g).num_rows - (s.null_count if s is not None else 0)
-        if not exact or values == 0:
-            continue
-        if s is None or not s.has_min_max or not s.has_null_count:
+            return None
+        nulls += s.null_count
+        if not exact or s.null_count == md.row_group(g).num_rows:
+            continue  # no min/max wanted, or none to have: every value is null
+        if not s.has_min_max:
+            return None
+        try:
+            chunk_lo, chunk_hi = s.min, s.max
+        except (OverflowError, ValueError):  # e.g. a date after 9999: no Python value
             exact = False
             continue
-        lo = s.min if lo is None or s.min < lo else lo
-        hi = s.max if hi is None or s.max > hi else hi
+        lo = chunk_lo if lo is None or chunk_lo < lo else lo
+        hi = chunk_hi if hi is None or chunk_hi > hi else hi
     if not exact or lo is None or hi is None:
         return nulls, None, None
     return nulls, stat_to_json(pa.scalar(lo, t)), stat_to_json(pa.scalar(hi, t))
 
 
+def _value_stats(column: pa.ChunkedArray) -> tuple[int, Any, Any]:
+    """Null count and JSON min/max of a column's values (floating point: no min/max)."""
+    t = column.type
+    if column.null_count == len(column) or not has_statistics(t) or pat.is_floating(t):
+        return column.null_count, None, None
+    mm = pc.min_max(column)
+    return column.null_count, stat_to_json(mm["min"]), stat_to_json(mm["max"])
+
+
 # --- the write -----------------------------------------------------------------------
 
 
+def _session_key(spark: SparkSession) -> Any:
+    """What identifies a session's settings: its JVM session (Python wrappers come and go)."""
+    jvm_session = getattr(spark, "_jsparkSession", None)
+    return spark if jvm_session is None else jvm_session
+
+
+def _set_all(spark: SparkSession, settings: dict[str, str | None]) -> None:
+    for key, value in settings.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
+
+
 @contextmanager
-def _micros_timestamps(spark: SparkSession) -> Iterator[None]:
-    """Spark's Parquet timestamps as INT64 microseconds for the duration of a write."""
-    before = spark.conf.get(TIMESTAMP_CONF, None)
-    if before == "TIMESTAMP_MICROS":
-        yield
-        return
-    spark.conf.set(TIMESTAMP_CONF, "TIMESTAMP_MICROS")
+def _write_settings(spark: SparkSession) -> Iterator[None]:
+    """:data:`WRITE_SETTINGS` in the session for the duration of a write.
+
+    Spark reads them from the session when a job plans its write, so they
+    hold session-wide: writes that overlap (threads) share one override, and
+    the session's own values come back when the last of them ends, failed or
+    not. (Each restoring its own "before" would unset them under a write
+    still planning.)
+    """
+    key = _session_key(spark)
+    with _settings_lock:
+        count, before = _overrides.get(key, (0, {}))
+        if not count:
+            before = {name: spark.conf.get(name, None) for name in WRITE_SETTINGS}
+            try:
+                _set_all(spark, dict(WRITE_SETTINGS))
+            except BaseException:
+                _set_all(spark, before)
+                raise
+        _overrides[key] = (count + 1, before)
     try:
         yield
     finally:
-        if before is None:
-            spark.conf.unset(TIMESTAMP_CONF)
-        else:
-            spark.conf.set(TIMESTAMP_CONF, before)
+        with _settings_lock:
+            count, before = _overrides.pop(key)
+            if count > 1:
+                _overrides[key] = (count - 1, before)
+            else:
+                _set_all(spark, before)
 
 
 def _projection(df: DataFrame, table: TableMeta) -> tuple[list[Column], list[str]]:
     """The DataFrame's columns as files hold them, and the encoded partition columns."""
     by_key = {name_key(n): n for n in df.columns}
-    taken = {physical_name(f) for f in table.schema}
+    taken = {name_key(physical_name(f)) for f in table.schema}  # Spark ignores case
     columns: list[Column] = []
     for field in table.schema:
         if field.name not in table.partition_columns:
@@ -270,12 +349,25 @@ def _projection(df: DataFrame, table: TableMeta) -> tuple[list[Column], list[str
     encoded = []
     for i, name in enumerate(table.partition_columns):
         alias = f"__mere_partition_{i}"
-        while alias in taken:
+        while name_key(alias) in taken:
             alias += "_"
         source = F.col(_quoted(by_key[name_key(name)]))
         columns.append(_encode(source, table.schema.field(name).type).alias(alias))
         encoded.append(alias)
     return columns, encoded
+
+
+def _writer_options(table: TableMeta) -> dict[str, str]:
+    """Spark write options: mere's compression, and complete, exact footer statistics."""
+    options = {
+        "compression": COMPRESSION,
+        STATISTICS_OPTION: "true",
+        TRUNCATE_OPTION: str(NO_TRUNCATION),
+    }
+    for field in table.schema:
+        if field.name not in table.partition_columns:
+            options[f"{STATISTICS_OPTION}#{physical_name(field)}"] = "true"
+    return options
 
 
 def _quoted(name: str) -> str:
@@ -337,10 +429,10 @@ def write_natively(
     staging = store.temp_directory(table.prefix, "spark")
     adds: list[AddFile] = []
     try:
-        writer = df.select(*columns).write.mode("append").option("compression", COMPRESSION)
+        writer = df.select(*columns).write.mode("append").options(**_writer_options(table))
         if encoded:
             writer = writer.partitionBy(*encoded)
-        with _micros_timestamps(df.sparkSession):
+        with _write_settings(df.sparkSession):
             writer.parquet("file://" + staging)
         staged = _staged_files(staging, table)
         with ThreadPoolExecutor(max_workers=FOOTER_THREADS) as pool:
