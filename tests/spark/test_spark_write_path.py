@@ -95,3 +95,14 @@ def test_format_mere_works_from_another_thread_after_register(spark, uri):
     assert errors == []
     assert counted == [30]
     assert mere.connect(uri).table("orders").scan().num_rows == 30
+
+
+def test_the_arrow_path_writes_columns_whose_names_spark_would_parse(spark, uri):
+    """``a.b`` and ``c`d`` are plain column names to mere; mapInArrow must not parse them."""
+    df = spark.createDataFrame([(1, "x"), (2, None)], "`a.b` long, `c``d` string")
+    db = mere.connect(uri)
+    with db.transaction() as tx:
+        assert mere.spark.write(tx, df, "t", method="arrow") == 2
+    assert db.table("t").schema.names == ["a.b", "c`d"]
+    rows = sorted(db.table("t").scan().to_pylist(), key=lambda r: r["a.b"])
+    assert rows == [{"a.b": 1, "c`d": "x"}, {"a.b": 2, "c`d": None}]

@@ -312,16 +312,20 @@ def run_write_job(df: DataFrame, target: WriteTarget) -> list[AddFile]:
     whose output Spark discarded are deleted too.
     """
     written = df.sparkSession.sparkContext.accumulator([], _PathList())
+    names = df.columns
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        adds = write_batches(target, batches)
+        adds = write_batches(target, (b.rename_columns(names) for b in batches))
         written.add([a.path for a in adds])
         if adds:
             yield pa.RecordBatch.from_pydict({"add": [add_to_json(a) for a in adds]}, _ADD_SCHEMA)
 
     store = open_store(target.uri)
+    # mapInArrow resolves columns by parsing their names ("a.b" is a field of a):
+    # they travel under positional names and get theirs back in the task.
+    positional = df.toDF(*[f"_{i}" for i in range(len(names))])
     try:
-        rows = df.mapInArrow(task, "add string").collect()
+        rows = positional.mapInArrow(task, "add string").collect()
     except BaseException:
         delete_files(store, target.table, written.value)
         raise
