@@ -154,3 +154,28 @@ def test_connect_without_create(tmp_path: object) -> None:
 def test_unknown_scheme() -> None:
     with pytest.raises(mere.StorageError, match="unknown storage scheme"):
         mere.connect("ftp://host/db")
+
+
+BEYOND_9999 = pa.array([2_932_897 + 10, 0], pa.int32()).cast(pa.date32())  # 10000-01-11, 1970
+
+
+def test_dates_beyond_year_9999_are_stored_without_statistics(db: mere.Database) -> None:
+    """Python's dates end at 9999: such values are kept, their min/max left out (§7)."""
+    db.create_table("far", pa.schema([("id", pa.int64()), ("day", pa.date32())]))
+    db.table("far").append(pa.table({"id": [1, 2], "day": BEYOND_9999}))
+    assert db.table("far").scan().column("day").equals(pa.chunked_array([BEYOND_9999]))
+    (add,) = db.snapshot().table("far").files
+    assert "day" not in add.stats["minValues"] and "day" not in add.stats["maxValues"]
+    assert add.stats["minValues"]["id"] == 1
+
+
+def test_a_partition_value_whose_text_does_not_read_back_is_refused(db: mere.Database) -> None:
+    """A value whose canonical text the reader cannot parse would make the table unreadable."""
+    db.create_table(
+        "far", pa.schema([("id", pa.int64()), ("day", pa.date32())]), partition_by=["day"]
+    )
+    version = db.version
+    with pytest.raises(mere.SchemaMismatch, match="10000-01-11"):
+        db.table("far").append(pa.table({"id": [1, 2], "day": BEYOND_9999}))
+    assert db.version == version
+    assert db.table("far").scan().num_rows == 0

@@ -379,6 +379,21 @@ def test_dates_and_timestamps_after_year_9999(spark, uri):
     assert add.stats["nullCount"] == {"id": 0, "d": 0, "at": 0, "ok": 0}
 
 
+@pytest.mark.parametrize("method", ["native", "arrow"])
+def test_a_partition_value_after_year_9999_is_refused(spark, uri, method):
+    """Its text (``10000-01-01``) does not read back: the table would become unreadable."""
+    df = spark.range(0, 2, 1, 1).select(
+        "id", F.expr("make_date(9999 + cast(id as int), 1, 1)").alias("d")
+    )
+    db = mere.connect(uri)
+    with pytest.raises(Exception, match="10000-01-01"):
+        with db.transaction() as tx:
+            mere.spark.write(tx, df, "t", partition_by=["d"], method=method)
+    assert "t" not in db.tables()
+    assert data_files(uri) == []
+    _no_staging_left(uri)
+
+
 # --- empty and null ------------------------------------------------------------------
 
 

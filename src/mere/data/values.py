@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pat
 
+from mere.errors import SchemaMismatch
+
 #: String statistics longer than this are not recorded (they would bloat the log).
 MAX_STAT_STRING = 256
 
@@ -28,6 +30,27 @@ def to_text(value: pa.Scalar) -> str | None:
     if pat.is_string(value.type) or pat.is_large_string(value.type):
         return str(value.as_py())
     return str(pc.cast(value, pa.string()).as_py())
+
+
+def partition_text(value: pa.Scalar, column: str) -> str | None:
+    """The canonical text of a partition value, checked to read back as the same value.
+
+    Raises:
+        SchemaMismatch: the text does not read back (a date after year 9999:
+            Arrow writes ``10000-01-01`` but cannot parse it), so a file with
+            this value would make the table unreadable.
+    """
+    text = to_text(value)
+    try:
+        same = from_text(text, value.type).equals(value)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        same = False
+    if not same:
+        raise SchemaMismatch(
+            f"{value.type} value {text!r} of partition column {column!r} cannot be a "
+            "partition value: its text does not read back as the same value"
+        )
+    return text
 
 
 def from_text(text: str | None, type_: pa.DataType) -> pa.Scalar:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mere.data.values import has_statistics, stat_to_json, to_text
+from mere.data.values import has_statistics, partition_text, stat_to_json
 from mere.errors import InvalidKey, ObjectNotFound, StorageError
 from mere.log.actions import AddFile, TableMeta
 from mere.names import escape_partition_value
@@ -96,7 +96,7 @@ class DataFileWriter:
         groups = indexed.group_by(cols, use_threads=False).aggregate([("__mere_row", "list")])
         out = []
         for i in range(groups.num_rows):
-            values = tuple(to_text(groups.column(c)[i]) for c in cols)
+            values = tuple(partition_text(groups.column(c)[i], c) for c in cols)
             rows = groups.column("__mere_row_list")[i].values
             out.append((values, data.take(rows)))
         return out
@@ -173,7 +173,11 @@ def _update_stats(stats: dict[str, _ColumnStats], part: pa.Table) -> None:
         if lo is None or hi is None:
             s.exact = False
             continue
-        lo_v, hi_v = mm["min"].as_py(), mm["max"].as_py()
+        try:
+            lo_v, hi_v = mm["min"].as_py(), mm["max"].as_py()
+        except (OverflowError, ValueError):  # beyond Python's dates (year 9999)
+            s.exact = False
+            continue
         if s.min is None or lo_v < s.min[0]:
             s.min = (lo_v, lo)
         if s.max is None or hi_v > s.max[0]:

@@ -55,7 +55,7 @@ from pyspark.sql.types import StructField, StructType
 from mere import expr as sqlexpr
 from mere.constraints import checks, compile_check
 from mere.data.reader import read_files
-from mere.data.values import has_statistics, stat_to_json, to_text
+from mere.data.values import has_statistics, partition_text, stat_to_json
 from mere.errors import ConstraintViolation
 from mere.log.actions import AddFile, TableMeta
 from mere.names import NULL_PARTITION, escape_partition_value, name_key
@@ -179,7 +179,7 @@ def _encode(column: Column, t: pa.DataType) -> Column:
     return F.concat(F.lit("v"), text)
 
 
-def _decode(segment: str, t: pa.DataType) -> str | None:
+def _decode(segment: str, t: pa.DataType, column: str) -> str | None:
     """The canonical text (log form) of the partition value a staging directory name holds."""
     escaped = segment.partition("=")[2]
     if escaped == NULL_PARTITION:
@@ -200,7 +200,7 @@ def _decode(segment: str, t: pa.DataType) -> str | None:
         value = pa.scalar(Decimal(text), t)
     else:
         value = pc.cast(pa.scalar(text), t)
-    return to_text(value)
+    return partition_text(value, column)
 
 
 # --- statistics from footers ---------------------------------------------------------
@@ -385,7 +385,7 @@ def _staged_files(staging: str, table: TableMeta) -> list[tuple[str, dict[str, s
             segments = os.path.relpath(dirpath, staging).split(os.sep)
             segments = [s for s in segments if s != "."]
             values = {
-                column: _decode(segment, table.schema.field(column).type)
+                column: _decode(segment, table.schema.field(column).type, column)
                 for column, segment in zip(table.partition_columns, segments, strict=True)
             }
             found.append((os.path.join(dirpath, name), values))
