@@ -282,6 +282,17 @@ def test_a_table_altered_during_the_job_fails_the_commit_and_abort_cleans_up(uri
     assert mere.connect(uri).table("orders").scan().num_rows == 0
 
 
+def test_a_table_dropped_during_the_job_fails_the_commit_as_a_conflict(uri):
+    mere.connect(uri).create_table("orders", ORDERS)
+    writer, messages = _write_locally(uri, orders(0, 50))
+    mere.connect(uri).drop_table("orders")
+    with pytest.raises(mere.ConcurrentMetadataChange, match="dropped"):
+        writer.commit(messages)
+    writer.abort(messages)
+    assert on_disk(uri) == set()
+    assert "orders" not in mere.connect(uri).tables()
+
+
 def test_register_turns_on_the_filter_pushdown_the_reader_needs(spark, uri):
     """Without the setting Spark refuses the source; register() turns it on."""
     from mere.spark import PUSHDOWN_CONF

@@ -98,3 +98,22 @@ def test_native_read_of_every_partition_type_and_escaped_values(spark, uri):
     db.create_table("t", table.schema, partition_by=["ts", "day", "price", "flag", "tag"])
     db.table("t").append(table)
     assert rows(mere.spark.read(spark, uri, "t")) == rows(db.table("t").scan())
+
+
+def test_tables_spark_parquet_cannot_read_are_read_through_the_data_source(spark, uri):
+    """Nanosecond timestamps: Spark's Parquet reader refuses them, the data source truncates."""
+    import pytest
+
+    db = mere.connect(uri)
+    schema = pa.schema([("id", pa.int64()), ("at", pa.timestamp("ns", tz="UTC"))])
+    db.create_table("t", schema)
+    db.table("t").append(
+        pa.table({"id": [1], "at": pa.array([1_500], pa.timestamp("ns", tz="UTC"))}, schema=schema)
+    )
+    (row,) = mere.spark.read(spark, uri, "t").collect()  # the default: auto
+    assert row["id"] == 1
+    assert row["at"].microsecond == 1  # 1,500 ns, truncated to Spark's microseconds
+    with pytest.raises(ValueError, match="nanoseconds"):
+        mere.spark.read(spark, uri, "t", method="native")
+    with pytest.raises(ValueError, match="method must be"):
+        mere.spark.read(spark, uri, "t", method="jvm")  # type: ignore[arg-type]

@@ -45,8 +45,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pyspark.sql import SparkSession
 
+from mere.database import connect
 from mere.spark._dml import delete, merge, update
-from mere.spark._native import native_read, spark_condition
+from mere.spark._native import native_read, native_read_refusal, spark_condition
 from mere.spark._streaming import foreach_batch
 from mere.spark._write import write
 from mere.spark.datasource import MereDataSource
@@ -101,14 +102,17 @@ def read(
     timestamp: datetime | int | None = None,
     *,
     filter: str | None = None,
-    method: Literal["native", "datasource"] = "native",
+    method: Literal["auto", "native", "datasource"] = "auto",
 ) -> DataFrame:
     """A table at a version (latest by default) as a DataFrame.
 
-    ``native`` (the default) resolves the snapshot's files on the driver and
-    reads them with Spark's Parquet reader: column pruning, row-group
-    skipping and file splitting included. ``datasource`` reads through the
-    ``mere`` Python data source (any store the executors can open).
+    ``native`` resolves the snapshot's files on the driver and reads them
+    with Spark's Parquet reader: column pruning, row-group skipping and file
+    splitting included. ``datasource`` reads through the ``mere`` Python data
+    source (any store the executors can open; timestamps finer than
+    microseconds are truncated). ``auto`` (the default) is ``native`` unless
+    the table has a column Spark's Parquet reader cannot read (nanosecond
+    timestamps, durations), then ``datasource``.
 
     Args:
         version, timestamp: time travel (a datetime, or ms since the epoch).
@@ -118,12 +122,16 @@ def read(
             comparisons, IN, IS NULL, AND/OR/NOT and LIKE mean the same in both).
     """
     location = os.fspath(uri)
+    if method not in ("auto", "native", "datasource"):
+        raise ValueError(f"method must be 'auto', 'native' or 'datasource', not {method!r}")
+    if method == "auto":
+        snapshot = connect(location, create=False).snapshot(version=version, timestamp=timestamp)
+        readable = native_read_refusal(snapshot.table(table).schema) is None
+        method = "native" if readable else "datasource"
     if method == "native":
         return native_read(
             spark, location, table, version=version, timestamp=timestamp, filter=filter
         )
-    if method != "datasource":
-        raise ValueError(f"method must be 'native' or 'datasource', not {method!r}")
     register(spark)
     reader = spark.read.format("mere").option("database", location)
     if version is not None:

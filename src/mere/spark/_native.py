@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.types as pat
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
@@ -58,6 +60,35 @@ def table_location(store: ObjectStore, table: TableMeta) -> str:
         f"Spark cannot read {store.uri} directly; read it through the data source instead "
         "(mere.spark.read(..., method='datasource'))"
     )
+
+
+def native_read_refusal(schema: pa.Schema) -> str | None:
+    """Why Spark's Parquet reader cannot read a table of ``schema`` (None if it can).
+
+    Spark reads no Parquet nanosecond timestamps, durations, half floats or
+    null columns as the types the table's Spark schema gives them.
+    """
+
+    def unreadable(t: pa.DataType) -> str | None:
+        if (pat.is_timestamp(t) or pat.is_time(t)) and t.unit == "ns":
+            return "nanoseconds"
+        if pat.is_duration(t):
+            return "a duration"
+        if pat.is_float16(t):
+            return "half-precision floats"
+        if pat.is_null(t):
+            return "a column of the null type"
+        for i in range(t.num_fields):
+            found = unreadable(t.field(i).type)
+            if found is not None:
+                return found
+        return None
+
+    for f in schema:
+        reason = unreadable(f.type)
+        if reason is not None:
+            return f"column {f.name!r} holds {reason}, which Spark's Parquet reader cannot read"
+    return None
 
 
 def _column(name: str) -> str:
@@ -141,6 +172,9 @@ def native_read(
     db = connect(uri, create=False)
     snapshot = db.snapshot(version=version, timestamp=timestamp)
     meta = _core.table_meta(snapshot.table(table))
+    refusal = native_read_refusal(meta.schema)
+    if refusal is not None:
+        raise ValueError(f"the native read cannot read {table!r}: {refusal}")
     files = snapshot.table(table).files
     if filter is not None:
         files = plan_scan(meta, [], filter).select(files)

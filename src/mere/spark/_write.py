@@ -214,9 +214,15 @@ def _same_table(a: TableMeta, b: TableMeta) -> bool:
 def _bind_table(tx: Transaction, job: WriteJob) -> None:
     """Create the planned table, or check the table is still the one the files were written for."""
     meta = job.target.table
-    if job.create and not tx.has_table(job.name):
-        _core.create_table_with_id(tx, meta)
-        return
+    if not tx.has_table(job.name):
+        if job.create:
+            _core.create_table_with_id(tx, meta)
+            return
+        raise ConcurrentMetadataChange(
+            f"table {job.name!r} was dropped while the Spark job wrote its files",
+            winning_version=tx.read_version,
+            table=job.name,
+        )
     current = _core.tx_table_meta(tx, job.name)
     if _same_table(current, meta):
         return  # a stream's later batches: an earlier one already extended the schema
@@ -225,7 +231,10 @@ def _bind_table(tx: Transaction, job: WriteJob) -> None:
     ):
         _core.evolve_schema(tx, job.name, meta.schema)
         return
-    what = "dropped and re-created" if current.id != meta.id else "altered"
+    if job.create:
+        what = "created by another writer"
+    else:
+        what = "dropped and re-created" if current.id != meta.id else "altered"
     raise ConcurrentMetadataChange(
         f"table {job.name!r} was {what} while the Spark job wrote its files",
         winning_version=tx.read_version,
