@@ -19,7 +19,7 @@ sink. Medians are printed with their ratio to ``parquet`` and written to
 With ``--write``, the same rows generated in Spark are also written three
 ways: ``df.write.parquet`` (the floor), ``df.write.format("mere")`` (the data
 source: executors write, one commit) and ``mere.spark.write`` inside a
-transaction (``mapInArrow`` tasks, one commit).
+transaction (by default Spark's own Parquet writer, one commit).
 
     .venv/bin/python benchmarks/spark_read.py --rows 10000000
 """

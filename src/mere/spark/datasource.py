@@ -8,8 +8,9 @@ Register it once per session with :func:`mere.spark.register`, then::
 Reading pins one snapshot per DataFrame (in ``schema()``, whose state Spark
 pickles into the reader), prunes files with the filters Spark pushes down
 (``spark.sql.python.filterPushdown.enabled=true``), and reads one Spark
-partition per group of files. Writing runs :mod:`mere.spark._files` on the
-executors and commits once on the driver; see :mod:`mere.spark._write`.
+partition per group of file pieces (runs of whole row groups). Writing runs
+:mod:`mere.spark._files` on the executors and commits once on the driver;
+see :mod:`mere.spark._write`.
 
 Options (case-insensitive):
 
