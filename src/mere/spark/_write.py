@@ -392,7 +392,8 @@ def write(
         SchemaMismatch: the DataFrame's columns do not fit the table.
         ValueError: ``method="native"`` where it does not apply (says why).
         ConstraintViolation: a NOT NULL, CHECK or replaceWhere condition fails
-            (the job fails; its files are deleted).
+            (native method; with the Arrow method the executors find it and
+            Spark raises ``PythonException``). Either way the files are deleted.
     """
     if mode not in ("append", "overwrite"):
         raise ValueError(f"mode must be 'append' or 'overwrite', not {mode!r}")
