@@ -123,13 +123,7 @@ class MemoryStore(ObjectStore):
             ObjectNotFound: the key does not exist.
             InvalidKey: the key is malformed.
         """
-        check_key(key)
-        bucket = self._bucket
-        with bucket.lock:
-            found = bucket.objects.get(key)
-        if found is None:
-            raise ObjectNotFound(key)
-        return found[0]
+        return self._find(key)[0]
 
     def head(self, key: str) -> ObjectMeta:
         """Return the object's size and the time it was written.
@@ -138,13 +132,18 @@ class MemoryStore(ObjectStore):
             ObjectNotFound: the key does not exist.
             InvalidKey: the key is malformed.
         """
+        data, written = self._find(key)
+        return ObjectMeta(key, len(data), written)
+
+    def _find(self, key: str) -> tuple[bytes, float]:
+        """The object's bytes and the time it was written (ObjectNotFound if absent)."""
         check_key(key)
         bucket = self._bucket
         with bucket.lock:
             found = bucket.objects.get(key)
         if found is None:
             raise ObjectNotFound(key)
-        return ObjectMeta(key, len(found[0]), found[1])
+        return found
 
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectMeta]:
         """Yield the objects whose key starts with ``prefix`` in ascending key order.
