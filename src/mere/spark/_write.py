@@ -23,6 +23,7 @@ from pyspark.sql.types import StructType
 from mere.database import connect
 from mere.errors import ConcurrentMetadataChange, ConcurrentTransaction, SchemaMismatch
 from mere.log.actions import ISOLATION_LEVELS, AddFile, TableMeta
+from mere.names import check_table_name
 from mere.schema import conform, merge_schema
 from mere.spark import _core
 from mere.spark._files import (
@@ -119,8 +120,16 @@ def merge_dataframe_schema(meta: TableMeta, schema: StructType) -> TableMeta:
     Columns the table lacks are added (nullable), safe widenings applied
     (``int`` to ``long``...); the DataFrame must still hold every column of
     the table. Nothing changes if the DataFrame cannot be written even then.
+
+    A partition column keeps its type (its values are cast, as in a strict
+    write), as ``alter_table().widen_column`` requires: files already written
+    spell their values in paths in that type's text, and Spark's Parquet
+    reader reads ``p=1.50`` as a ``decimal(12, 3)`` of 0.150.
     """
-    merged = replace(meta, schema=merge_schema(meta.schema, table_schema_from_spark(schema)))
+    evolved = merge_schema(meta.schema, table_schema_from_spark(schema))
+    for name in meta.partition_columns:
+        evolved = evolved.set(evolved.get_field_index(name), meta.schema.field(name))
+    merged = replace(meta, schema=evolved)
     check_dataframe_schema(schema, merged)
     return merged
 
@@ -416,7 +425,8 @@ def write(
             merged = merge_dataframe_schema(meta, df.schema)
             evolve = not merged.schema.equals(meta.schema, check_metadata=True)
             meta = merged
-    else:  # planned here, created below once every check has passed
+    else:  # planned here, created below once the files are written
+        check_table_name(table)
         schema = table_schema_from_spark(df.schema)
         meta = _core.new_table_meta(table, schema, partition_by or (), {})
     check_dataframe_schema(df.schema, meta)
@@ -426,12 +436,9 @@ def write(
     refusal = native_write_refusal(store, meta, df.schema)
     if method == "native" and refusal is not None:
         raise ValueError(f"mere.spark.write cannot use Spark's Parquet writer: {refusal}")
-    if not exists:
-        tx.create_table(table, meta.schema, partition_by=partition_by or ())
-        meta = _core.tx_table_meta(tx, table)
-    elif evolve:
-        _core.evolve_schema(tx, table, meta.schema)
-        meta = _core.tx_table_meta(tx, table)
+    # The files are written for the planned table (its id, the merged schema's physical
+    # names); ``tx`` gets the new table or schema only with them, so a failed job
+    # leaves it as it was.
     if method == "native" or (
         method == "auto"
         and refusal is None
@@ -444,6 +451,10 @@ def write(
         target = WriteTarget(uri, meta, target_file_size or tx.target_file_size, replace_where)
         adds = run_write_job(df, target)
     try:
+        if not exists:
+            _core.create_table_with_id(tx, meta)
+        elif evolve:
+            _core.evolve_schema(tx, table, meta.schema)
         if mode == "overwrite":
             handle = tx.table(table)
             handle.overwrite(handle.schema.empty_table(), where=replace_where)
