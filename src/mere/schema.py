@@ -310,7 +310,11 @@ def _conform_column(col: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
                 f"column {f.name!r} of {what} has type {col.type}, the table has {f.type}"
             )
         try:
-            col = col.cast(f.type, safe=True)
+            cast = col.cast(f.type, safe=True)
+            # Arrow's safe cast of a timestamp to a date drops the time of day.
+            if _family(col.type) == "datetime" and not _same_values(cast.cast(col.type), col):
+                raise pa.ArrowInvalid("a value would change")
+            col = cast
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise SchemaMismatch(
                 f"column {f.name!r} of {what} ({col.type}) cannot be stored as {f.type} "
@@ -321,6 +325,11 @@ def _conform_column(col: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
             f"column {f.name!r} is NOT NULL but {what} has {col.null_count} null value(s)"
         )
     return col
+
+
+def _same_values(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
+    """Whether two columns of one type hold the same values, nulls in the same places."""
+    return bool(a.equals(b))
 
 
 def data_columns(schema: pa.Schema, partition_by: Iterable[str]) -> pa.Schema:
@@ -356,11 +365,12 @@ def _with_physical(f: pa.Field, physical: str) -> pa.Field:
 
 def fresh_physical_name(schema: pa.Schema, name: str) -> str:
     """A physical name for a new column that no existing column's files use."""
-    taken = {physical_name(f) for f in schema}
-    if name not in taken:
+    # Compared ignoring case: Spark's Parquet reader takes ``v`` and ``V`` for one column.
+    taken = {name_key(physical_name(f)) for f in schema}
+    if name_key(name) not in taken:
         return name
     suffix = 1
-    while f"{name}__{suffix}" in taken:
+    while name_key(f"{name}__{suffix}") in taken:
         suffix += 1
     return f"{name}__{suffix}"
 
@@ -436,12 +446,17 @@ def widen_column(schema: pa.Schema, name: str, new_type: pa.DataType) -> pa.Sche
     return schema.set(i, pa.field(f.name, new_type, f.nullable, f.metadata))
 
 
-def merge_schema(schema: pa.Schema, incoming: pa.Schema) -> pa.Schema:
+def merge_schema(
+    schema: pa.Schema, incoming: pa.Schema, partition_by: Iterable[str] = ()
+) -> pa.Schema:
     """The table schema extended for ``append(..., schema_mode="merge")``.
 
     New columns are added as nullable; a column whose incoming type is a safe
-    widening of the table's is widened. Nothing else changes.
+    widening of the table's is widened, except a partition column (files
+    spell its values in their paths in its type's text, as
+    ``alter_table().widen_column`` also requires). Nothing else changes.
     """
+    fixed = {name_key(c) for c in partition_by}
     by_key = {name_key(n): n for n in schema.names}
     merged = schema
     for f in incoming:
@@ -451,6 +466,8 @@ def merge_schema(schema: pa.Schema, incoming: pa.Schema) -> pa.Schema:
             continue
         old_type = merged.field(existing).type
         new_type = f.type.value_type if pat.is_dictionary(f.type) else f.type
+        if existing in fixed or name_key(existing) in fixed:
+            continue
         if new_type != old_type and is_safe_widening(old_type, new_type):
             merged = widen_column(merged, existing, new_type)
     return merged

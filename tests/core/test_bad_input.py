@@ -179,3 +179,16 @@ def test_a_partition_value_whose_text_does_not_read_back_is_refused(db: mere.Dat
         db.table("far").append(pa.table({"id": [1, 2], "day": BEYOND_9999}))
     assert db.version == version
     assert db.table("far").scan().num_rows == 0
+
+
+def test_a_time_of_day_is_not_dropped_into_a_date_column(db: mere.Database) -> None:
+    """Timestamp to date is lossless only at midnight; Arrow's "safe" cast drops the rest."""
+    db.create_table("days", pa.schema([("day", pa.date32())]))
+    midnight = pa.array([dt.datetime(2024, 1, 31)], pa.timestamp("us"))
+    db.table("days").append(pa.table({"day": midnight}))
+    version = db.version
+    noon = pa.array([dt.datetime(2024, 1, 31, 12)], pa.timestamp("us"))
+    with pytest.raises(mere.SchemaMismatch, match="without loss"):
+        db.table("days").append(pa.table({"day": noon}))
+    assert db.version == version
+    assert db.table("days").scan().column("day").to_pylist() == [dt.date(2024, 1, 31)]

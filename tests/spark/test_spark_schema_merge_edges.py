@@ -324,11 +324,6 @@ def test_a_write_that_fails_leaves_no_new_table_in_the_transaction(
     assert _files(uri) == set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: mere.schema.conform casts timestamp to date32 with pyarrow's safe "
-    "cast, which drops the time of day without an error",
-)
 def test_a_timestamp_with_a_time_of_day_is_not_truncated_into_a_date_column(
     spark: SparkSession, uri: str
 ) -> None:
@@ -420,11 +415,6 @@ def test_a_new_column_with_a_renamed_columns_old_name(
     assert db.table("t").scan(filter="w = 30").num_rows == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: mere.schema.fresh_physical_name compares physical names with case, "
-    "so V is stored as V next to v and Spark's Parquet reader finds the column twice",
-)
 @pytest.mark.parametrize("method", ["auto", "arrow"])
 def test_a_new_column_named_like_a_renamed_columns_old_name_in_another_case(
     spark: SparkSession, uri: str, method: Method

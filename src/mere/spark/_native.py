@@ -27,6 +27,7 @@ from pyspark.sql.types import StructField, StructType
 from mere.database import connect
 from mere.errors import InvalidExpression
 from mere.log.actions import AddFile, TableMeta
+from mere.names import name_key
 from mere.schema import physical_name
 from mere.snapshot.scan import plan_scan
 from mere.spark import _core
@@ -88,6 +89,12 @@ def native_read_refusal(schema: pa.Schema) -> str | None:
         reason = unreadable(f.type)
         if reason is not None:
             return f"column {f.name!r} holds {reason}, which Spark's Parquet reader cannot read"
+    stored: dict[str, str] = {}
+    for f in schema:
+        name = physical_name(f)
+        other = stored.setdefault(name_key(name), name)
+        if other != name:  # tables from before physical names were kept apart ignoring case
+            return f"its files hold columns {other!r} and {name!r}, one column to Spark"
     return None
 
 

@@ -126,9 +126,7 @@ def merge_dataframe_schema(meta: TableMeta, schema: StructType) -> TableMeta:
     spell their values in paths in that type's text, and Spark's Parquet
     reader reads ``p=1.50`` as a ``decimal(12, 3)`` of 0.150.
     """
-    evolved = merge_schema(meta.schema, table_schema_from_spark(schema))
-    for name in meta.partition_columns:
-        evolved = evolved.set(evolved.get_field_index(name), meta.schema.field(name))
+    evolved = merge_schema(meta.schema, table_schema_from_spark(schema), meta.partition_columns)
     merged = replace(meta, schema=evolved)
     check_dataframe_schema(schema, merged)
     return merged

@@ -338,7 +338,7 @@ class Transaction:
         meta = self._meta(table_id)
         table = to_arrow_table(data, meta.schema, infer=schema_mode == "merge")
         if schema_mode == "merge":
-            merged = merge_schema(meta.schema, table.schema)
+            merged = merge_schema(meta.schema, table.schema, meta.partition_columns)
             if merged != meta.schema:
                 table = conform(table, merged)  # validate before changing anything
                 self._alter(table_id, replace(meta, schema=merged), "MERGE SCHEMA")
