@@ -29,10 +29,6 @@ from mere.snapshot.snapshot import Snapshot, TableSnapshot
 from mere.storage import ObjectStore
 from mere.txn.transaction import Transaction
 
-#: Whether ``Transaction.create_table`` accepts ``table_id=`` (a requested core change).
-#: With it, a table created by a Spark write is created in the same commit as its
-#: data; without it, the table is created in a commit of its own before the job.
-
 
 def table_meta(table: TableSnapshot) -> TableMeta:
     """The full metadata of a table at a snapshot."""
