@@ -12,7 +12,9 @@ same wrong statistic on both paths.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
+import unicodedata
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
@@ -33,6 +35,7 @@ import mere.spark
 from mere.data.values import MAX_STAT_STRING, has_statistics, stat_to_json
 from mere.errors import ConstraintViolation
 from mere.schema import physical_name
+from mere.spark import _native_write
 from mere.spark._native_write import REBASE_CONF, TIMESTAMP_CONF, _write_settings
 from mere.storage.local import TEMP_PREFIX
 
@@ -870,3 +873,31 @@ def test_a_dataframe_read_from_the_table_it_overwrites(spark, uri):
         mere.spark.write(tx, back, "t", mode="overwrite", method="native")
     assert sorted(db.table("t").scan().column("id").to_pylist()) == [5, 6, 7, 8, 9]
     _no_staging_left(uri)
+
+
+def test_staging_directory_names_are_distinct_ignoring_case_and_normalization(
+    spark, uri, monkeypatch
+):
+    """On macOS and Windows ``p=va`` and ``p=vA`` are one directory: values would merge.
+
+    Staging names must therefore differ in more than case (and than Unicode
+    normalization, which some file systems apply), for every value.
+    """
+    seen: list[str] = []
+    real = _native_write._staged_files
+
+    def recording(staging, table):  # type: ignore[no-untyped-def]
+        for _dirpath, dirnames, _ in os.walk(staging):
+            seen.extend(d for d in dirnames if "=" in d)
+        return real(staging, table)
+
+    monkeypatch.setattr(_native_write, "_staged_files", recording)
+    values = ["a", "A", "é", "e\u0301", "É", "ss", "SS", "x-y_z.1"]
+    df = spark.createDataFrame([(i, v) for i, v in enumerate(values)], "id long, p string")
+    db = mere.connect(uri)
+    with db.transaction() as tx:
+        mere.spark.write(tx, df, "t", partition_by=["p"], method="native")
+    assert len(seen) == len(values)
+    assert len({unicodedata.normalize("NFC", s).casefold() for s in seen}) == len(values)
+    rows = sorted(db.table("t").scan().to_pylist(), key=lambda r: r["id"])
+    assert [r["p"] for r in rows] == values

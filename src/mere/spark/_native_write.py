@@ -13,7 +13,7 @@ Parquet files can be mere's data files unchanged, the executors run
    of a column chunk whose min or max is over 4 KiB) is read instead;
 2. recovers each file's partition values from the staging directory names.
    The DataFrame is partitioned by *encoded* columns (``"v" || value`` for
-   strings, or ``"h" || hex(value)`` for the rare ones holding NUL, days for
+   plain lowercase strings, ``"h" || hex(utf8)`` for any other, days for
    dates, microseconds for timestamps), so an empty string stays distinct
    from null and no value depends on Spark's text formatting;
 3. links each file to its place in mere's layout
@@ -163,13 +163,16 @@ def _encode(column: Column, t: pa.DataType) -> Column:
     """A column whose text (never empty) recovers a partition value exactly; null stays null."""
     kind = _encoding(t)
     if kind == "string":
-        # Spark escapes in directory names every character a path cannot hold but
-        # NUL: strings holding one go by their UTF-8 bytes in hex ("h" prefix).
-        # Collations compare values mere keeps apart ("a" = "A" in UTF8_LCASE), and
-        # Spark refuses to partition by them: partitions go by the bytes.
+        # Directory names must keep every value apart on any file system: macOS and
+        # Windows ignore case ("a" and "A"), some normalize Unicode, and Spark does
+        # not escape NUL. Only lowercase ASCII letters, digits and "-_." are spelled
+        # as they are ("v" prefix); any other string goes by its UTF-8 bytes in hex
+        # ("h" prefix). Collations compare values mere keeps apart ("a" = "A" in
+        # UTF8_LCASE), and Spark refuses to partition by them: partitions go by bytes.
         column = F.collate(column, "UTF8_BINARY")
         hexed = F.concat(F.lit("h"), F.hex(F.encode(column, "UTF-8")))
-        return F.when(column.contains("\x00"), hexed).otherwise(F.concat(F.lit("v"), column))
+        plain = column.rlike("^[a-z0-9_.-]*$")
+        return F.when(plain, F.concat(F.lit("v"), column)).otherwise(hexed)
     if kind == "days":
         text = F.unix_date(column).cast("string")
     elif kind == "micros":
@@ -185,7 +188,7 @@ def _decode(segment: str, t: pa.DataType, column: str) -> str | None:
     if escaped == NULL_PARTITION:
         return None
     text = unquote(escaped)
-    if text.startswith("h"):  # a string holding NUL (see _encode)
+    if text.startswith("h"):  # a string spelled in hex (see _encode)
         return bytes.fromhex(text[1:]).decode()
     text = text[1:]  # drop the "v"
     kind = _encoding(t)
