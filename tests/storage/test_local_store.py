@@ -25,6 +25,7 @@ import pytest
 
 from mere.errors import AlreadyExists, InvalidKey, ObjectNotFound, StorageError
 from mere.storage import LocalStore, open_store
+from mere.storage import local as local_module
 from mere.storage.local import TEMP_PREFIX
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX filesystem semantics")
@@ -566,3 +567,26 @@ def test_abandoned_temp_directories_are_swept_only_when_all_of_them_is_old(
     assert staging.exists()
     assert local_store.remove_temp_files(older_than=3600) == 1
     assert not staging.exists()
+
+
+def test_temp_directory_makes_the_directories_it_creates_durable(
+    local_store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table's first files arrive through its staging directory: their parents must last."""
+    synced: list[str] = []
+    real = local_module._fsync_dir
+    monkeypatch.setattr(local_module, "_fsync_dir", lambda p: (synced.append(p), real(p)))
+    local_store.temp_directory("tables/t/", "spark")
+    root = Path(local_store.root)
+    assert str(root) in synced and str(root / "tables") in synced  # entries of tables/, t/
+    assert str(root / "tables" / "t") in synced  # the entry of the staging directory
+
+
+def test_link_if_absent_takes_only_staged_files_inside_the_root(
+    local_store: LocalStore, tmp_path: Path
+) -> None:
+    outside = tmp_path / "elsewhere.parquet"
+    outside.write_bytes(b"x")
+    with pytest.raises(InvalidKey):
+        local_store.link_if_absent("k", str(outside))
+    assert outside.exists() and listed(local_store) == []

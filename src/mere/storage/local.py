@@ -85,7 +85,10 @@ def _unlink_quietly(path: str) -> None:
 
 def _newest_mtime(directory: str) -> float:
     """The latest modification time of ``directory`` and everything below it."""
-    newest = os.lstat(directory).st_mtime if os.path.lexists(directory) else 0.0
+    try:
+        newest = os.lstat(directory).st_mtime
+    except FileNotFoundError:  # removed meanwhile (by its writer): nothing to sweep
+        return float("inf")
     for dirpath, dirnames, filenames in os.walk(directory):
         for name in dirnames + filenames:
             try:
@@ -291,9 +294,14 @@ class LocalStore(ObjectStore):
         """
         check_prefix(prefix)
         parent = self.root if not prefix.strip("/") else self._path(prefix.strip("/"))
-        path = os.path.join(parent, f"{TEMP_PREFIX}{label}-{secrets.token_hex(8)}")
+        name = f"{TEMP_PREFIX}{label}-{secrets.token_hex(8)}"
+        path = os.path.join(parent, name)
         try:
-            os.makedirs(path)
+            # The directories made for the prefix (a new table's) will hold linked
+            # objects: their entries are made durable now, as put_if_absent does.
+            created = self._make_dirs(prefix + name, parent)
+            os.mkdir(path)
+            _fsync_new_name(parent, created)
         except OSError as exc:
             raise self._error("temp_directory", prefix, exc) from exc
         return path
@@ -314,6 +322,9 @@ class LocalStore(ObjectStore):
         """
         path = self._path(key)
         parent = os.path.dirname(path)
+        self._check_inside(source, source)
+        if TEMP_PREFIX not in source:
+            raise InvalidKey(f"{source!r} is not in a temp directory of this store")
         try:
             fd = os.open(source, os.O_RDONLY)
             try:
