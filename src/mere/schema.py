@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.types as pat
 
 from mere.errors import ConstraintViolation, InvalidName, SchemaMismatch
@@ -311,9 +312,8 @@ def _conform_column(col: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
             )
         try:
             cast = col.cast(f.type, safe=True)
-            # Arrow's safe cast of a timestamp to a date drops the time of day.
-            if _family(col.type) == "datetime" and not _same_values(cast.cast(col.type), col):
-                raise pa.ArrowInvalid("a value would change")
+            if _drops_time_of_day(col, f.type):  # Arrow's safe cast does not check it
+                raise pa.ArrowInvalid("a time of day would be dropped")
             col = cast
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise SchemaMismatch(
@@ -327,9 +327,12 @@ def _conform_column(col: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
     return col
 
 
-def _same_values(a: pa.ChunkedArray, b: pa.ChunkedArray) -> bool:
-    """Whether two columns of one type hold the same values, nulls in the same places."""
-    return bool(a.equals(b))
+def _drops_time_of_day(col: pa.ChunkedArray, target: pa.DataType) -> bool:
+    """Whether casting timestamps to dates loses a time of day (local time, if zoned)."""
+    if not (pat.is_timestamp(col.type) and pat.is_date(target)):
+        return False
+    local = pc.local_timestamp(col) if col.type.tz else col
+    return not bool(local.equals(pc.floor_temporal(local, unit="day")))
 
 
 def data_columns(schema: pa.Schema, partition_by: Iterable[str]) -> pa.Schema:

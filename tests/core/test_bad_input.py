@@ -192,3 +192,19 @@ def test_a_time_of_day_is_not_dropped_into_a_date_column(db: mere.Database) -> N
         db.table("days").append(pa.table({"day": noon}))
     assert db.version == version
     assert db.table("days").scan().column("day").to_pylist() == [dt.date(2024, 1, 31)]
+
+
+def test_a_zoned_midnight_goes_into_a_date_column_as_its_local_date(db: mere.Database) -> None:
+    """Arrow casts a zoned timestamp to its local date; local midnight loses nothing."""
+    db.create_table("days", pa.schema([("day", pa.date32())]))
+    zone = "America/New_York"
+    midnight = pa.array([dt.datetime(2024, 1, 1, 5)], pa.timestamp("us", tz="UTC")).cast(
+        pa.timestamp("us", tz=zone)
+    )  # 2024-01-01 00:00 in New York
+    db.table("days").append(pa.table({"day": midnight}))
+    assert db.table("days").scan().column("day").to_pylist() == [dt.date(2024, 1, 1)]
+    noon = pa.array([dt.datetime(2024, 1, 1, 17)], pa.timestamp("us", tz="UTC")).cast(
+        pa.timestamp("us", tz=zone)
+    )
+    with pytest.raises(mere.SchemaMismatch, match="without loss"):
+        db.table("days").append(pa.table({"day": noon}))
