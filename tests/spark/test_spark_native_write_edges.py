@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import threading
+import time
 import unicodedata
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -901,3 +902,17 @@ def test_staging_directory_names_are_distinct_ignoring_case_and_normalization(
     assert len({unicodedata.normalize("NFC", s).casefold() for s in seen}) == len(values)
     rows = sorted(db.table("t").scan().to_pylist(), key=lambda r: r["id"])
     assert [r["p"] for r in rows] == values
+
+
+def test_a_running_write_keeps_its_staging_directory_fresh(tmp_path, monkeypatch):
+    """Vacuum sweeps temp directories unchanged for its retention; a long job must not look so."""
+    monkeypatch.setattr(_native_write, "HEARTBEAT_SECONDS", 0.01)
+    staging = tmp_path / ".mere-tmp-spark-0"
+    staging.mkdir()
+    old = 1_000_000_000
+    os.utime(staging, (old, old))
+    with _native_write._kept_fresh(str(staging)):
+        deadline = time.monotonic() + 5
+        while staging.stat().st_mtime == old and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert staging.stat().st_mtime > old

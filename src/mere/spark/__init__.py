@@ -128,6 +128,8 @@ def read(
         snapshot = connect(location, create=False).snapshot(version=version, timestamp=timestamp)
         readable = native_read_refusal(snapshot.table(table).schema) is None
         method = "native" if readable else "datasource"
+        # Both reads then take the version just resolved (a commit meanwhile changes nothing).
+        version, timestamp = snapshot.version, None
     if method == "native":
         return native_read(
             spark, location, table, version=version, timestamp=timestamp, filter=filter

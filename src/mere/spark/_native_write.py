@@ -32,6 +32,7 @@ path then writes, casting what needs a cast).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import threading
@@ -54,7 +55,7 @@ from pyspark.sql.types import StructField, StructType
 
 from mere import expr as sqlexpr
 from mere.constraints import checks, compile_check
-from mere.data.reader import read_files
+from mere.data.reader import iter_read_files
 from mere.data.values import has_statistics, partition_text, stat_to_json
 from mere.errors import ConstraintViolation
 from mere.log.actions import AddFile, TableMeta
@@ -67,6 +68,8 @@ from mere.storage import LocalStore, ObjectStore
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger("mere.spark")
 
 #: Parquet compression of native writes: mere's own (zstd), at Spark's default level.
 COMPRESSION = "zstd"
@@ -337,7 +340,10 @@ def _write_settings(spark: SparkSession) -> Iterator[None]:
             if count > 1:
                 _overrides[key] = (count - 1, before)
             else:
-                _set_all(spark, before)
+                try:
+                    _set_all(spark, before)
+                except Exception as exc:  # must not hide the write's own outcome
+                    log.warning("could not restore the session's Parquet settings: %s", exc)
 
 
 def _projection(df: DataFrame, table: TableMeta) -> tuple[list[Column], list[str]]:
@@ -435,8 +441,8 @@ def write_natively(
         writer = df.select(*columns).write.mode("append").options(**_writer_options(table))
         if encoded:
             writer = writer.partitionBy(*encoded)
-        with _write_settings(df.sparkSession):
-            writer.parquet("file://" + staging)
+        with _write_settings(df.sparkSession), _kept_fresh(staging):
+            writer.parquet("file://" + staging)  # Hadoop paths take the characters raw
         staged = _staged_files(staging, table)
         with ThreadPoolExecutor(max_workers=FOOTER_THREADS) as pool:
             inspected = list(pool.map(lambda f: _inspect(f[0], f[1], table), staged))
@@ -450,6 +456,36 @@ def write_natively(
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+#: How often a running write touches its staging directory (see :func:`_kept_fresh`).
+HEARTBEAT_SECONDS = 60.0
+
+
+@contextmanager
+def _kept_fresh(staging: str) -> Iterator[None]:
+    """Touch ``staging`` every :data:`HEARTBEAT_SECONDS` while the Spark job runs.
+
+    Vacuum sweeps a temp directory whose newest entry is older than its
+    retention; a long job can leave its staging directory unchanged that
+    long (tasks still computing), and must not lose it.
+    """
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_SECONDS):
+            try:
+                os.utime(staging)
+            except OSError:
+                return
+
+    thread = threading.Thread(target=beat, name="mere-staging-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 # --- constraints ---------------------------------------------------------------------
@@ -503,7 +539,7 @@ def _check_rows(
     names = table.schema.names
     columns = sorted(sqlexpr.referenced_columns(predicate), key=names.index) or names[:1]
     failed = 0
-    for rows in read_files(store, table, unsettled, columns):
+    for _, rows in iter_read_files(store, table, unsettled, columns):  # a window at a time
         passed = pc.fill_null(sqlexpr.evaluate(predicate, rows), null_passes)
         failed += rows.num_rows - (pc.sum(passed).as_py() or 0)
     if failed:
