@@ -34,9 +34,9 @@ import mere
 import mere.schema
 import mere.spark
 from mere.data.values import MAX_STAT_STRING, has_statistics, stat_to_json
-from mere.errors import ConstraintViolation
+from mere.errors import ConstraintViolation, StorageError
 from mere.schema import physical_name
-from mere.spark import _native_write
+from mere.spark import _core, _native_write
 from mere.spark._native_write import REBASE_CONF, TIMESTAMP_CONF, _write_settings
 from mere.storage.local import TEMP_PREFIX
 
@@ -916,3 +916,19 @@ def test_a_running_write_keeps_its_staging_directory_fresh(tmp_path, monkeypatch
         while staging.stat().st_mtime == old and time.monotonic() < deadline:
             time.sleep(0.01)
     assert staging.stat().st_mtime > old
+
+
+def test_counted_rows_catch_files_the_driver_cannot_see(spark, uri, monkeypatch):
+    """On a cluster without a shared file system the driver finds no files: never commit that."""
+    df = spark.range(0, 10, 1, 2).selectExpr("id", "id % 2 AS p")
+    db = mere.connect(uri)
+    db.create_table("t", pa.schema([("id", pa.int64()), ("p", pa.int64())]))
+    meta = _core.table_meta(db.snapshot().table("t"))
+    adds = _native_write.write_natively(df, db.store, meta, count_rows=True)
+    assert sum(a.rows for a in adds) == 10
+    real = _native_write._staged_files
+    monkeypatch.setattr(_native_write, "_staged_files", lambda s, t: real(s, t)[:1])
+    with pytest.raises(StorageError, match="share the driver's file system"):
+        _native_write.write_natively(df, db.store, meta, count_rows=True)
+    assert len(data_files(uri)) == len(adds)  # the first write's files only
+    _no_staging_left(uri)

@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pyarrow.types as pat
+from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
@@ -57,7 +58,7 @@ from mere import expr as sqlexpr
 from mere.constraints import checks, compile_check
 from mere.data.reader import iter_read_files
 from mere.data.values import has_statistics, partition_text, stat_to_json
-from mere.errors import ConstraintViolation
+from mere.errors import ConstraintViolation, StorageError
 from mere.log.actions import AddFile, TableMeta
 from mere.names import NULL_PARTITION, escape_partition_value, name_key
 from mere.schema import physical_name
@@ -424,21 +425,34 @@ def _publish(store: LocalStore, table: TableMeta, written: _Written) -> AddFile:
 
 
 def write_natively(
-    df: DataFrame, store: LocalStore, table: TableMeta, replace_where: str | None = None
+    df: DataFrame,
+    store: LocalStore,
+    table: TableMeta,
+    replace_where: str | None = None,
+    *,
+    count_rows: bool = False,
 ) -> list[AddFile]:
     """Write ``df`` as data files of ``table`` with Spark's Parquet writer; return them.
 
     Nothing is committed. On any failure (the Spark job, a constraint, the
     file system) the files written are deleted and the error propagates.
+    With ``count_rows`` the job also counts its rows (a few percent more
+    work), and the files the driver finds must hold them all: on a cluster
+    whose executors do not share the driver's file system they would not.
 
     Raises:
         ConstraintViolation: a NOT NULL, CHECK or ``replace_where`` condition fails.
+        StorageError: ``count_rows`` and the files hold fewer rows than the job wrote.
     """
     columns, encoded = _projection(df, table)
     staging = store.temp_directory(table.prefix, "spark")
     adds: list[AddFile] = []
     try:
-        writer = df.select(*columns).write.mode("append").options(**_writer_options(table))
+        projected = df.select(*columns)
+        counted = Observation("mere_native_write") if count_rows else None
+        if counted is not None:
+            projected = projected.observe(counted, F.count(F.lit(1)).alias("rows"))
+        writer = projected.write.mode("append").options(**_writer_options(table))
         if encoded:
             writer = writer.partitionBy(*encoded)
         with _write_settings(df.sparkSession), _kept_fresh(staging):
@@ -446,6 +460,12 @@ def write_natively(
         staged = _staged_files(staging, table)
         with ThreadPoolExecutor(max_workers=FOOTER_THREADS) as pool:
             inspected = list(pool.map(lambda f: _inspect(f[0], f[1], table), staged))
+        found = sum(w.rows for w in inspected)
+        if counted is not None and found != counted.get["rows"]:
+            raise StorageError(
+                f"Spark wrote {counted.get['rows']} row(s) but the driver finds {found} in "
+                f"{staging}: the executors must share the driver's file system"
+            )
         for written in inspected:
             if written.rows:
                 adds.append(_publish(store, table, written))

@@ -437,14 +437,12 @@ def write(
     # The files are written for the planned table (its id, the merged schema's physical
     # names); ``tx`` gets the new table or schema only with them, so a failed job
     # leaves it as it was.
+    local_mode = (df.sparkSession.sparkContext.master or "").startswith("local")
     if method == "native" or (
-        method == "auto"
-        and refusal is None
-        and target_file_size is None
-        and (df.sparkSession.sparkContext.master or "").startswith("local")
+        method == "auto" and refusal is None and target_file_size is None and local_mode
     ):
         assert isinstance(store, LocalStore)
-        adds = write_natively(df, store, meta, replace_where)
+        adds = write_natively(df, store, meta, replace_where, count_rows=not local_mode)
     else:
         target = WriteTarget(uri, meta, target_file_size or tx.target_file_size, replace_where)
         adds = run_write_job(df, target)
