@@ -469,7 +469,7 @@ def merge_schema(
             continue
         old_type = merged.field(existing).type
         new_type = f.type.value_type if pat.is_dictionary(f.type) else f.type
-        if existing in fixed or name_key(existing) in fixed:
+        if name_key(existing) in fixed:
             continue
         if new_type != old_type and is_safe_widening(old_type, new_type):
             merged = widen_column(merged, existing, new_type)

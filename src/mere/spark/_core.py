@@ -71,8 +71,7 @@ def new_table_meta(
 
 def create_table_with_id(tx: Transaction, meta: TableMeta) -> None:
     """Create the table ``meta`` describes, under its id, in ``tx``."""
-    create: Any = tx.create_table
-    create(
+    tx.create_table(
         meta.name,
         meta.schema,
         partition_by=list(meta.partition_columns),
