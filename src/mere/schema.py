@@ -378,6 +378,22 @@ def fresh_physical_name(schema: pa.Schema, name: str) -> str:
     return f"{name}__{suffix}"
 
 
+def physical_names_clashing(fields: Iterable[pa.Field]) -> tuple[str, str] | None:
+    """Two physical names among ``fields`` that differ only in case, if any.
+
+    :func:`fresh_physical_name` never makes such a pair, but tables altered
+    before it compared names ignoring case may hold one, which Spark's
+    Parquet reader and writer take for a single column.
+    """
+    seen: dict[str, str] = {}
+    for f in fields:
+        name = physical_name(f)
+        other = seen.setdefault(name_key(name), name)
+        if other != name:
+            return other, name
+    return None
+
+
 def add_column(schema: pa.Schema, f: pa.Field) -> pa.Schema:
     """The schema with a new nullable column appended (old files read it as nulls)."""
     check_column_name(f.name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,10 +145,7 @@ class DataFileWriter:
         if f.rows == 0:
             return
         buffer = f.sink.getvalue()
-        directory = "".join(
-            f"{c}={escape_partition_value(v)}/" for c, v in f.partition_values.items()
-        )
-        path = f"{directory}part-{uuid.uuid4().hex}.parquet"
+        path = new_data_file_path(f.partition_values)
         upload(self.store, self.table.prefix + path, buffer)
         self.written.append(
             AddFile(
@@ -160,6 +158,12 @@ class DataFileWriter:
                 modification_time=int(time.time() * 1000),
             )
         )
+
+
+def new_data_file_path(partition_values: Mapping[str, str | None]) -> str:
+    """A fresh data file path (relative to the table) in mere's layout (format §6)."""
+    directory = "".join(f"{c}={escape_partition_value(v)}/" for c, v in partition_values.items())
+    return f"{directory}part-{uuid.uuid4().hex}.parquet"
 
 
 def _update_stats(stats: dict[str, _ColumnStats], part: pa.Table) -> None:

@@ -27,8 +27,7 @@ from pyspark.sql.types import StructField, StructType
 from mere.database import connect
 from mere.errors import InvalidExpression
 from mere.log.actions import AddFile, TableMeta
-from mere.names import name_key
-from mere.schema import physical_name
+from mere.schema import physical_name, physical_names_clashing
 from mere.snapshot.scan import plan_scan
 from mere.spark import _core
 from mere.spark._types import spark_schema, spark_type
@@ -89,12 +88,9 @@ def native_read_refusal(schema: pa.Schema) -> str | None:
         reason = unreadable(f.type)
         if reason is not None:
             return f"column {f.name!r} holds {reason}, which Spark's Parquet reader cannot read"
-    stored: dict[str, str] = {}
-    for f in schema:
-        name = physical_name(f)
-        other = stored.setdefault(name_key(name), name)
-        if other != name:  # tables from before physical names were kept apart ignoring case
-            return f"its files hold columns {other!r} and {name!r}, one column to Spark"
+    clash = physical_names_clashing(schema)
+    if clash is not None:
+        return f"its files hold columns {clash[0]!r} and {clash[1]!r}, one column to Spark"
     return None
 
 

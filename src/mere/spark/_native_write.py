@@ -37,7 +37,6 @@ import os
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -58,10 +57,11 @@ from mere import expr as sqlexpr
 from mere.constraints import checks, compile_check
 from mere.data.reader import iter_read_files
 from mere.data.values import has_statistics, partition_text, stat_to_json
+from mere.data.writer import new_data_file_path
 from mere.errors import ConstraintViolation, StorageError
 from mere.log.actions import AddFile, TableMeta
-from mere.names import NULL_PARTITION, escape_partition_value, name_key
-from mere.schema import physical_name
+from mere.names import NULL_PARTITION, name_key
+from mere.schema import physical_name, physical_names_clashing
 from mere.snapshot.scan import ScanPlan
 from mere.spark._files import check_condition, delete_files
 from mere.spark._types import spark_arrow_schema
@@ -104,16 +104,12 @@ def native_write_refusal(store: ObjectStore, table: TableMeta, df_schema: Struct
         return f"the store {store.uri} is not a local directory"
     by_key = {name_key(f.name): f for f in df_schema.fields}
     partitions = set(table.partition_columns)
-    stored: dict[str, str] = {}
-    for field in table.schema:
-        if field.name not in partitions:
-            name = physical_name(field)
-            other = stored.setdefault(name_key(name), name)
-            if other != name:
-                return (
-                    f"its data files name columns {other!r} and {name!r}, which Spark "
-                    "takes for the same column (a column was renamed and another added)"
-                )
+    clash = physical_names_clashing(f for f in table.schema if f.name not in partitions)
+    if clash is not None:
+        return (
+            f"its data files name columns {clash[0]!r} and {clash[1]!r}, which Spark "
+            "takes for the same column (a column was renamed and another added)"
+        )
     for field in table.schema:
         column = by_key.get(name_key(field.name))
         if column is None:
@@ -408,10 +404,7 @@ def _inspect(source: str, values: dict[str, str | None], table: TableMeta) -> _W
 
 
 def _publish(store: LocalStore, table: TableMeta, written: _Written) -> AddFile:
-    directory = "".join(
-        f"{c}={escape_partition_value(v)}/" for c, v in written.partition_values.items()
-    )
-    path = f"{directory}part-{uuid.uuid4().hex}.parquet"
+    path = new_data_file_path(written.partition_values)
     store.link_if_absent(table.prefix + path, written.source)
     return AddFile(
         table_id=table.id,

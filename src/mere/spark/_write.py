@@ -118,8 +118,9 @@ def merge_dataframe_schema(meta: TableMeta, schema: StructType) -> TableMeta:
     """The table extended for a ``mergeSchema`` write of a DataFrame with ``schema``.
 
     Columns the table lacks are added (nullable), safe widenings applied
-    (``int`` to ``long``...); the DataFrame must still hold every column of
-    the table. Nothing changes if the DataFrame cannot be written even then.
+    (``int`` to ``long``...). Nothing is changed here: callers check the
+    DataFrame against the result (it must still hold every column of the
+    table) before anything is written or committed.
 
     A partition column keeps its type (its values are cast, as in a strict
     write), as ``alter_table().widen_column`` requires: files already written
@@ -127,9 +128,7 @@ def merge_dataframe_schema(meta: TableMeta, schema: StructType) -> TableMeta:
     reader reads ``p=1.50`` as a ``decimal(12, 3)`` of 0.150.
     """
     evolved = merge_schema(meta.schema, table_schema_from_spark(schema), meta.partition_columns)
-    merged = replace(meta, schema=evolved)
-    check_dataframe_schema(schema, merged)
-    return merged
+    return replace(meta, schema=evolved)
 
 
 def prepare_write(
