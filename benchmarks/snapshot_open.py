@@ -97,7 +97,7 @@ def child_count(path: str, version: int | None) -> dict[str, Any]:
     db = mere.connect(store, create=False)
     db.snapshot(version)
     open_s = time.perf_counter() - t0
-    state = db._state_at(db.snapshot(version).version)  # cached by now: no more reads
+    state = db.state_at(db.snapshot(version).version)  # cached by now: no more reads
     keys = list(dict.fromkeys(store.keys_read))
     requests = {
         f"{op} {kind}": {"calls": n, "seconds": s}

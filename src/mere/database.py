@@ -7,9 +7,9 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pyarrow as pa
 
@@ -20,15 +20,8 @@ from mere.errors import (
     TableNotFound,
     VersionNotFound,
 )
-from mere.log.actions import (
-    FORMAT_VERSION,
-    Action,
-    CommitInfo,
-    DatabaseMeta,
-    Protocol,
-    encode_commit,
-)
-from mere.log.log import Log, PutOutcome
+from mere.log.actions import FORMAT_VERSION, Action, DatabaseMeta, Protocol
+from mere.log.log import Log
 from mere.names import check_table_name
 from mere.properties import (
     CHECKPOINT_INTERVAL_PROPERTY,
@@ -39,6 +32,8 @@ from mere.snapshot.loader import load_state
 from mere.snapshot.snapshot import Snapshot, TableSnapshot, describe_table
 from mere.snapshot.state import DatabaseState
 from mere.storage import ObjectStore, open_store
+from mere.txn.committer import Committer, first_commit_info
+from mere.txn.context import run_statement
 from mere.txn.transaction import (
     DEFAULT_ISOLATION,
     DEFAULT_MAX_COMMIT_ATTEMPTS,
@@ -46,6 +41,7 @@ from mere.txn.transaction import (
     Isolation,
     SchemaMode,
     Transaction,
+    TxTable,
 )
 
 if TYPE_CHECKING:
@@ -60,6 +56,7 @@ if TYPE_CHECKING:
     from mere.ops.merge import TableMerger
 
 log = logging.getLogger("mere")
+T = TypeVar("T")
 
 
 def connect(
@@ -148,14 +145,6 @@ class Database:
 
     def _create(self, checkpoint_interval: int) -> None:
         now = int(time.time() * 1000)
-        commit_id = uuid.uuid4().hex
-        info = CommitInfo(
-            commit_id=commit_id,
-            timestamp=now,
-            read_version=None,
-            isolation="serializable",
-            operation="CREATE DATABASE",
-        )
         actions: list[Action] = [
             Protocol(FORMAT_VERSION),
             DatabaseMeta(
@@ -163,12 +152,13 @@ class Database:
             ),
         ]
         # Losing this race means another client created the database at the same time: fine.
-        if self.log.put_commit(0, encode_commit(info, actions), commit_id) is PutOutcome.WON:
-            self.log.write_latest_hint(0)
+        committer = Committer(self.log, self.after_commit, max_attempts=1)
+        committer.create(first_commit_info("CREATE DATABASE", now), actions)
 
-    # --- state -----------------------------------------------------------------
+    # --- state (the DatabaseContext the verbs use) -----------------------------------
 
-    def _state_at(self, version: int) -> DatabaseState:
+    def state_at(self, version: int) -> DatabaseState:
+        """The state at ``version``, from the cache and the nearest checkpoint."""
         with self._lock:
             cached = self._cached
         state = load_state(self.log, version, cached)
@@ -177,12 +167,20 @@ class Database:
                 self._cached = state
         return state
 
-    def _latest_state(self) -> DatabaseState:
+    def latest_state(self) -> DatabaseState:
+        """The state at the latest version (found with O(1) requests)."""
         latest = self.log.latest_version(known=self.known_version())
         if latest is None:
             raise DatabaseNotFound(f"the database at {self.uri} has no log any more")
         self._saw_committed(latest)
-        return self._state_at(latest)
+        return self.state_at(latest)
+
+    def _fresh_cached_state(self) -> DatabaseState | None:
+        """The cached state, if it is at the version this client saw committed a moment ago."""
+        known = self.known_version()
+        with self._lock:
+            cached = self._cached
+        return cached if cached is not None and cached.version == known else None
 
     def known_version(self) -> int | None:
         """The newest version this client saw committed in the last ``STALE_SNAPSHOT_SECONDS``.
@@ -202,20 +200,20 @@ class Database:
             if self._known is None or version >= self._known[0]:
                 self._known = (version, time.monotonic())
 
-    def _committed(self, state: DatabaseState) -> None:
-        """After a commit: cache the new state, update the hint, checkpoint when due."""
+    def after_commit(self, state: DatabaseState) -> None:
+        """After a commit landed: cache the new state, update the hint, checkpoint when due."""
         with self._lock:
             if self._cached is None or state.version > self._cached.version:
                 self._cached = state
         self._saw_committed(state.version)
         self.log.write_latest_hint(state.version)
-        if state.version % self.checkpoint_interval(state) == 0:
+        if state.version > 0 and state.version % self.checkpoint_interval(state) == 0:
             self._write_checkpoint(state)
 
     @property
     def properties(self) -> dict[str, str]:
         """The database properties at the latest version (docs/format.md §2.3)."""
-        database = self._latest_state().database
+        database = self.latest_state().database
         return dict(database.properties) if database is not None else {}
 
     def set_properties(self, properties: Mapping[str, str | None]) -> int:
@@ -229,7 +227,7 @@ class Database:
         return tx.commit_version
 
     def checkpoint_interval(self, state: DatabaseState | None = None) -> int:
-        return checkpoint_interval((state or self._latest_state()).properties)
+        return checkpoint_interval((state or self.latest_state()).properties)
 
     def _write_checkpoint(self, state: DatabaseState) -> None:
         try:
@@ -240,7 +238,7 @@ class Database:
     @property
     def version(self) -> int:
         """The latest committed version."""
-        return self._latest_state().version
+        return self.latest_state().version
 
     def snapshot(
         self, version: int | None = None, timestamp: datetime | int | None = None
@@ -256,7 +254,7 @@ class Database:
         if version is not None and timestamp is not None:
             raise ValueError("pass version or timestamp, not both")
         if version is None and timestamp is None:
-            return Snapshot(self.store, self._latest_state())
+            return Snapshot(self.store, self.latest_state())
         latest = self.log.latest_version()
         if latest is None:
             raise DatabaseNotFound(f"the database at {self.uri} has no log any more")
@@ -270,36 +268,51 @@ class Database:
             raise ValueError(f"a version is a non-negative int, not {version!r}")
         if version > latest:
             raise VersionNotFound(f"version {version} does not exist; the latest is {latest}")
-        return Snapshot(self.store, self._state_at(version))
+        return Snapshot(self.store, self.state_at(version))
 
     def tables(self) -> list[str]:
         """Table names at the latest version."""
-        return self._latest_state().table_names()
+        return self.latest_state().table_names()
 
     def table(self, name: str) -> Table:
-        """A handle on a table at the latest version; each call on it is its own transaction.
+        """A handle on a table by name; each call on it is its own transaction.
+
+        The handle does not pin a version: every call resolves the name at the
+        latest version then.
 
         Raises:
             TableNotFound: no such table at the latest version.
         """
-        state = self._latest_state()
-        if state.table_by_name(check_table_name(name)) is None:
-            raise TableNotFound(name)
-        return Table(self, name, state)
+        check_table_name(name)
+        # A client that keeps committing already holds the latest state it saw a
+        # moment ago: a table found there needs no request (each verb finds the
+        # latest version anyway); only a miss is checked against the store.
+        state = self._fresh_cached_state()
+        if state is None or state.table_by_name(name) is None:
+            if self.latest_state().table_by_name(name) is None:
+                raise TableNotFound(name)
+        return Table(self, name)
 
     def transaction(
         self, isolation: Isolation = DEFAULT_ISOLATION, *, max_commit_attempts: int | None = None
     ) -> Transaction:
         """Begin a transaction on the latest version (see :class:`Transaction`)."""
-        return self._begin(self._latest_state(), isolation, max_commit_attempts)
+        return self.begin(isolation, max_commit_attempts=max_commit_attempts)
 
-    def _begin(
-        self, state: DatabaseState, isolation: Isolation, max_commit_attempts: int | None = None
+    def begin(
+        self,
+        isolation: Isolation = DEFAULT_ISOLATION,
+        *,
+        state: DatabaseState | None = None,
+        max_commit_attempts: int | None = None,
     ) -> Transaction:
+        """A transaction reading ``state`` (default: the latest version)."""
         return Transaction(
-            self,
-            state,
+            self.store,
+            self.log,
+            state if state is not None else self.latest_state(),
             isolation,
+            after_commit=self.after_commit,
             max_commit_attempts=max_commit_attempts or self.max_commit_attempts,
             target_file_size=self.target_file_size,
         )
@@ -415,33 +428,19 @@ class Database:
         return export(self, target_uri, version=version, tables=tables, mode=mode)
 
 
-#: How long after ``db.table(name)`` its first append may start from the state it resolved.
-HANDLE_REUSE_SECONDS = 1.0
-
-
 class Table:
     """A table by name at the latest version; each call is a one-statement transaction."""
 
-    def __init__(self, db: Database, name: str, resolved: DatabaseState | None = None) -> None:
+    def __init__(self, db: Database, name: str) -> None:
         self._db = db
         self.name = name
-        self._resolved = None if resolved is None else (resolved, time.monotonic())
-
-    def _take_resolved(self) -> DatabaseState | None:
-        """The state ``db.table(name)`` resolved the handle at, once, if it is a moment old.
-
-        ``db.table("t").append(rows)`` then finds the latest version once, not
-        twice. Only appends use it: a blind append commits at the newest version
-        whatever version it starts from (it rebases over every commit in
-        between), so starting a moment earlier changes nothing but a request.
-        """
-        resolved, self._resolved = self._resolved, None
-        if resolved is None or time.monotonic() - resolved[1] > HANDLE_REUSE_SECONDS:
-            return None
-        return resolved[0]
 
     def _snapshot(self) -> TableSnapshot:
-        return Snapshot(self._db.store, self._db._latest_state()).table(self.name)
+        return Snapshot(self._db.store, self._db.latest_state()).table(self.name)
+
+    def _autocommit(self, work: Callable[[TxTable], T]) -> T:
+        tx = self._db.transaction()
+        return run_statement(tx, lambda _: work(tx.table(self.name)), autocommit=True)
 
     @property
     def schema(self) -> pa.Schema:
@@ -453,31 +452,24 @@ class Table:
 
     def append(self, data: Any, *, schema_mode: SchemaMode = "strict") -> int:
         """Append rows in a transaction of their own; returns the committed version."""
-        resolved = self._take_resolved()
-        begin = (
-            self._db.transaction()
-            if resolved is None
-            else self._db._begin(resolved, DEFAULT_ISOLATION)
+        tx = self._db.transaction()
+        run_statement(
+            tx, lambda _: tx.table(self.name).append(data, schema_mode=schema_mode), autocommit=True
         )
-        with begin as tx:
-            tx.table(self.name).append(data, schema_mode=schema_mode)
         assert tx.commit_version is not None
         return tx.commit_version
 
     def delete(self, where: str) -> int:
         """Delete matching rows in a transaction of their own; returns how many."""
-        with self._db.transaction() as tx:
-            return tx.table(self.name).delete(where)
+        return self._autocommit(lambda t: t.delete(where))
 
     def update(self, where: str | None, set: dict[str, Any]) -> int:
         """Update matching rows in a transaction of their own; returns how many."""
-        with self._db.transaction() as tx:
-            return tx.table(self.name).update(where, set)
+        return self._autocommit(lambda t: t.update(where, set))
 
     def overwrite(self, data: Any, where: str | None = None) -> int:
         """Replace all rows, or those matching ``where``, in a transaction of their own."""
-        with self._db.transaction() as tx:
-            return tx.table(self.name).overwrite(data, where)
+        return self._autocommit(lambda t: t.overwrite(data, where))
 
     def merge(
         self, source: Any, on: str, *, source_alias: str = "s", target_alias: str = "t"
@@ -513,7 +505,7 @@ class Table:
         return self._snapshot().scan_batches(columns, filter)
 
     def describe(self) -> dict[str, Any]:
-        state = self._db._latest_state()
+        state = self._db.latest_state()
         table = state.table_by_name(self.name)
         if table is None:
             raise TableNotFound(self.name, state.version)

@@ -66,6 +66,14 @@ class CorruptLog(MereError):
         self.reason = reason
 
 
+class DataFileMissing(MereError):
+    """A data file a version references no longer exists (vacuum deleted it)."""
+
+
+class InvalidCommit(MereError):
+    """A commit was refused before publication: readers would reject it."""
+
+
 class FormatVersionError(MereError):
     """The database was written by a newer format version than this mere reads."""
 
@@ -81,8 +89,12 @@ class DatabaseNotFound(MereError):
 # --- names, schemas, data ----------------------------------------------------
 
 
-class InvalidName(MereError):
-    """A table or column name is not allowed."""
+class InvalidArgument(MereError, ValueError):
+    """An argument is not valid (a ValueError too); nothing was changed."""
+
+
+class InvalidName(InvalidArgument):
+    """A table or column name (or an id, or properties) is not allowed."""
 
 
 class TableNotFound(MereError):
@@ -200,3 +212,26 @@ class CommitOutcomeUnknown(MereError):
         super().__init__(message)
         self.version = version
         self.commit_id = commit_id
+
+
+# --- maintenance, exports, optional dependencies, verification ---------------------
+
+
+class RetentionTooShort(MereError):
+    """A retention below the configured minimum was asked for without ``force=True``."""
+
+
+class ExportTargetExists(MereError):
+    """The export target already holds a database (or one was created there concurrently)."""
+
+
+class DeltaExportError(MereError):
+    """The table cannot be exported as Delta Lake, or the target is taken."""
+
+
+class MissingDependency(MereError, ImportError):
+    """An optional dependency (obstore, for cloud stores) is not installed."""
+
+
+class VerifyError(MereError):
+    """A verify run cannot start or could not finish (not an anomaly: those are reported)."""

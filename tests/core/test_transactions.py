@@ -272,7 +272,7 @@ def test_old_transaction_moves_to_the_latest_version_before_committing(
 ) -> None:
     """A long transaction must not try a version whose commit may have been expired."""
     from mere.log.keys import commit_key
-    from mere.txn import transaction as txn_module
+    from mere.txn import committer as txn_module
 
     db = two_tables
     old = db.transaction()

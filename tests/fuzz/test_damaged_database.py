@@ -133,7 +133,7 @@ def test_a_newer_format_in_a_later_commit_refuses_it_and_what_follows(root: Path
 
 def test_a_newer_checkpoint_format_is_refused(root: Path) -> None:
     db = mere.connect(str(root), create=False)
-    state = db._state_at(5)
+    state = db.state_at(5)
     raw = encode_checkpoint(5, state.timestamp, list(state.live_actions()))
     table = pq.read_table(pa.BufferReader(raw))
     metadata = {**table.schema.metadata, b"mere.formatVersion": b"2"}
@@ -180,10 +180,10 @@ def test_a_gap_below_the_hint_is_filled_by_the_next_commit(root: Path) -> None:
 
 def test_a_checkpoint_that_disagrees_with_the_log_is_trusted(root: Path) -> None:
     db = mere.connect(str(root), create=False)
-    wrong = db._state_at(2)  # x = [0], written as the checkpoint of version 5
+    wrong = db.state_at(2)  # x = [0], written as the checkpoint of version 5
     LocalStore(str(root)).put_if_absent(
         checkpoint_key(5),
-        encode_checkpoint(5, db._state_at(5).timestamp, list(wrong.live_actions())),
+        encode_checkpoint(5, db.state_at(5).timestamp, list(wrong.live_actions())),
     )
     set_hint(root, CHECKPOINT_HINT, 5)
     assert xs(root, 4) == [0, 1, 2]  # below it: the log
@@ -193,7 +193,7 @@ def test_a_checkpoint_that_disagrees_with_the_log_is_trusted(root: Path) -> None
 
 def test_a_checkpoint_claiming_another_version_is_corrupt(root: Path) -> None:
     db = mere.connect(str(root), create=False)
-    state = db._state_at(5)
+    state = db.state_at(5)
     LocalStore(str(root)).put_if_absent(
         checkpoint_key(5), encode_checkpoint(4, state.timestamp, list(state.live_actions()))
     )

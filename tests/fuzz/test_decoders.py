@@ -365,7 +365,7 @@ def _use(db: mere.Database) -> None:
     db.table("t").describe()
     db.history()
     _ = db.snapshot().timestamp
-    db.log.write_checkpoint(db.version, 0, list(db._latest_state().live_actions()))
+    db.log.write_checkpoint(db.version, 0, list(db.latest_state().live_actions()))
 
 
 def only_mere_errors(edit: Any) -> None:

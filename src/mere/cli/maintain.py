@@ -19,7 +19,7 @@ from typing import Any
 import click
 from rich.text import Text
 
-from mere.cli.main import (
+from mere.cli.common import (
     check_time_travel,
     json_option,
     open_database,

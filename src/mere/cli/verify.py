@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from mere.cli.main import CliError, cli, json_option, one_line, wants_json
+from mere.cli.common import CliError, cli, json_option, one_line, wants_json
 from mere.cli.output import console, emit_json
 from mere.errors import MereError
 from mere.txn.conflicts import conflict_detection_disabled

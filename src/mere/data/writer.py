@@ -89,6 +89,26 @@ class DataFileWriter:
             self._close(key)
         return list(self.written)
 
+    def absorb(self, other: DataFileWriter) -> list[AddFile]:
+        """Take over the rows ``other`` (same table) still holds in memory.
+
+        A statement writes through a writer of its own, so that a failed
+        statement can drop its rows; when it succeeds, its buffered rows join
+        the enclosing writer instead of becoming a small file. Files ``other``
+        already started are closed. Returns every file ``other`` wrote.
+        """
+        group_bytes = min(ROW_GROUP_BYTES, self.target_file_size)
+        for key in list(other._open):
+            f = other._open[key]
+            if f.rows != sum(p.num_rows for p in f.pending):
+                other._close(key)  # a row group is already encoded: finish that file
+                continue
+            del other._open[key]
+            f.writer.close()
+            for piece in f.pending:
+                self._append_piece(key, piece, group_bytes)
+        return list(other.written)
+
     def _split(self, data: pa.Table) -> list[tuple[tuple[str | None, ...], pa.Table]]:
         cols = list(self.table.partition_columns)
         if not cols:

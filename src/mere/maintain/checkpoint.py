@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING
 from mere.snapshot.state import DatabaseState
 
 if TYPE_CHECKING:
-    from mere.database import Database
+    from mere.txn.context import DatabaseContext
 
 
-def checkpoint(db: Database) -> int:
+def checkpoint(db: DatabaseContext) -> int:
     """Write a checkpoint at the latest version (unless one exists); return that version."""
-    state = db._latest_state()
+    state = db.latest_state()
     write_checkpoint(db, state)
     return state.version
 
 
-def write_checkpoint(db: Database, state: DatabaseState) -> bool:
+def write_checkpoint(db: DatabaseContext, state: DatabaseState) -> bool:
     """Create the checkpoint of ``state``; False if one already existed at its version."""
     return db.log.write_checkpoint(state.version, state.timestamp, list(state.live_actions()))

@@ -23,7 +23,7 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from mere.errors import MereError, VersionNotFound
+from mere.errors import DataFileMissing, MereError, RetentionTooShort, VersionNotFound  # noqa: F401 (re-exported)
 from mere.log.log import Log
 from mere.properties import (  # re-exported: maintenance is where users meet them
     MIN_RETENTION_PROPERTY,
@@ -31,19 +31,11 @@ from mere.properties import (  # re-exported: maintenance is where users meet th
 )
 
 if TYPE_CHECKING:
-    from mere.database import Database
-
-
-class RetentionTooShort(MereError):
-    """A retention below the configured minimum was asked for without ``force=True``."""
-
-
-class DataFileMissing(MereError):
-    """A data file a version references no longer exists (vacuum deleted it)."""
+    from mere.txn.context import DatabaseContext
 
 
 def check_retention(
-    db: Database,
+    db: DatabaseContext,
     retention: timedelta,
     *,
     force: bool,
@@ -60,7 +52,7 @@ def check_retention(
         raise TypeError(f"retention must be a datetime.timedelta, not {type(retention).__name__}")
     if retention < timedelta(0):
         raise ValueError("retention cannot be negative")
-    minimum = minimum_retention(db._latest_state().properties, min_retention)
+    minimum = minimum_retention(db.latest_state().properties, min_retention)
     if retention < minimum and not force:
         raise RetentionTooShort(
             f"refusing to {verb} with a retention of {retention}, below the minimum of "
@@ -88,14 +80,14 @@ def oldest_retained_version(log: Log, oldest: int, latest: int, cutoff_ms: int) 
     return log.version_at_timestamp(cutoff_ms, oldest, latest)
 
 
-def readable_range(db: Database) -> tuple[int, int]:
+def readable_range(db: DatabaseContext) -> tuple[int, int]:
     """(oldest readable version, latest version) of the database.
 
     Raises:
         DatabaseNotFound: there is no log any more.
         VersionNotFound: no version can be rebuilt (a damaged log).
     """
-    latest = db._latest_state().version
+    latest = db.latest_state().version
     oldest = db.log.oldest_version()
     if oldest is None:
         raise VersionNotFound(f"no version of the database at {db.uri} can be rebuilt")

@@ -40,7 +40,7 @@ from mere.log.actions import AddFile, TableMeta
 from mere.maintain.progress import progress
 
 if TYPE_CHECKING:
-    from mere.database import Database
+    from mere.txn.context import DatabaseContext
 
 #: Table property overriding the target file size of compaction (bytes).
 TARGET_FILE_SIZE_PROPERTY = "targetFileSize"
@@ -70,7 +70,7 @@ class CompactResult:
 
 
 def compact(
-    db: Database,
+    db: DatabaseContext,
     name: str,
     *,
     target_file_size: int | None = None,
@@ -97,8 +97,9 @@ def compact(
     if sort_by is not None and zorder_by is not None:
         raise ValueError("pass sort_by or zorder_by, not both")
     order = _check_columns(sort_by, "sort_by") or _check_columns(zorder_by, "zorder_by")
-    tx = db.transaction("snapshot")
-    meta = tx._lookup(name)
+    tx = db.begin("snapshot")
+    stage = tx.stage
+    meta = stage.lookup(name)
     if meta is None:
         tx.abort()
         raise TableNotFound(name, tx.read_version)
@@ -106,7 +107,7 @@ def compact(
     try:
         _check_order_columns(meta, order)
         target = _target_size(db, meta, target_file_size)
-        plan, files = tx._plan_read(meta.id, [], where)
+        plan, files = stage.plan_read(meta.id, [], where)
         if plan.predicate is not None:
             outside = sqlexpr.referenced_columns(plan.predicate) - set(meta.partition_columns)
             if outside:
@@ -133,7 +134,7 @@ def compact(
                     zorder_by=zorder_by,
                     written=written,
                 )
-                tx._replace_files(meta.id, group, new)
+                stage.replace_files(meta.id, group, new)
                 written.clear()
                 result.files_removed += len(group)
                 result.files_added += len(new)
@@ -153,12 +154,12 @@ def compact(
             parameters["sortBy"] = list(sort_by)
         if zorder_by is not None:
             parameters["zorderBy"] = list(zorder_by)
-        tx._record_operation("COMPACT", meta.id, **parameters)
+        stage.record_operation("COMPACT", meta.id, **parameters)
         result.version = tx.commit()
         return result
     except Exception:
         # (A BaseException, e.g. a simulated crash, leaves the files to vacuum.)
-        tx._delete_files(meta.id, written)
+        stage.add_files(meta.id, written, owned=True)  # so that the abort deletes them
         tx.abort()
         raise
 
@@ -185,7 +186,7 @@ def _check_order_columns(meta: TableMeta, columns: list[str]) -> None:
             raise SchemaMismatch(f"cannot order by column {name!r} of type {kind}")
 
 
-def _target_size(db: Database, meta: TableMeta, explicit: int | None) -> int:
+def _target_size(db: DatabaseContext, meta: TableMeta, explicit: int | None) -> int:
     if explicit is not None:
         if not isinstance(explicit, int) or isinstance(explicit, bool) or explicit < 1:
             raise ValueError(f"target_file_size must be a positive int, not {explicit!r}")
@@ -235,7 +236,7 @@ def _bins(files: list[AddFile], target: int) -> list[list[AddFile]]:
 
 
 def _rewrite(
-    db: Database,
+    db: DatabaseContext,
     meta: TableMeta,
     group: list[AddFile],
     target: int,

@@ -40,7 +40,11 @@ import pyarrow.types as pat
 import mere
 from mere.data.reader import read_file
 from mere.data.values import from_text, stat_from_json
-from mere.errors import AlreadyExists, MereError, ObjectNotFound
+from mere.errors import (
+    AlreadyExists,
+    DeltaExportError,
+    ObjectNotFound,
+)
 from mere.log.actions import AddFile, TableMeta
 from mere.maintain.common import DataFileMissing
 from mere.maintain.progress import progress
@@ -48,15 +52,11 @@ from mere.schema import physical_name
 from mere.storage import ObjectStore, open_store
 
 if TYPE_CHECKING:
-    from mere.database import Database
+    from mere.txn.context import DatabaseContext
 
 DELTA_LOG_0 = "_delta_log/00000000000000000000.json"
 COPY_THREADS = 8
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class DeltaExportError(MereError):
-    """The table cannot be exported as Delta Lake, or the target is taken."""
 
 
 @dataclass
@@ -245,7 +245,7 @@ def _stats(meta: TableMeta, add: AddFile) -> str:
 
 
 def export_delta(
-    db: Database,
+    db: DatabaseContext,
     name: str,
     target: str | os.PathLike[str] | ObjectStore,
     *,
@@ -260,7 +260,7 @@ def export_delta(
     """
     snapshot = db.snapshot(version=version)
     table = snapshot.table(name)
-    state = db._state_at(snapshot.version).tables[table.id]
+    state = db.state_at(snapshot.version).tables[table.id]
     meta = state.meta
     store = target if isinstance(target, ObjectStore) else open_store(target)
     if store.exists(DELTA_LOG_0):
@@ -368,7 +368,7 @@ def export_delta(
 
 
 def _write_file(
-    db: Database, target: ObjectStore, meta: TableMeta, add: AddFile, file_schema: pa.Schema
+    db: DatabaseContext, target: ObjectStore, meta: TableMeta, add: AddFile, file_schema: pa.Schema
 ) -> tuple[AddFile, int, bool]:
     """Copy (or rewrite in Delta's names and types) one data file; (add, size, rewritten)."""
     key = meta.prefix + add.path

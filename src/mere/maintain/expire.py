@@ -35,7 +35,7 @@ from mere.maintain.common import (
 from mere.maintain.progress import progress
 
 if TYPE_CHECKING:
-    from mere.database import Database
+    from mere.txn.context import DatabaseContext
 
 #: Default log retention (as Delta Lake's ``logRetentionDuration``).
 DEFAULT_LOG_RETENTION = timedelta(days=30)
@@ -62,7 +62,7 @@ class ExpireResult:
 
 
 def expire(
-    db: Database,
+    db: DatabaseContext,
     retention: timedelta = DEFAULT_LOG_RETENTION,
     *,
     dry_run: bool = False,
@@ -92,7 +92,7 @@ def expire(
     if not db.store.exists(checkpoint_key(keep)) and keep > 0:
         written = keep
         if not dry_run:
-            write_checkpoint(db, db._state_at(keep))
+            write_checkpoint(db, db.state_at(keep))
 
     commits: list[str] = []
     checkpoints: list[str] = []

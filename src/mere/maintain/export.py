@@ -26,34 +26,35 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from mere.errors import AlreadyExists, MereError, ObjectNotFound, TableNotFound
+from mere.errors import (
+    AlreadyExists,
+    ExportTargetExists,
+    ObjectNotFound,
+    TableNotFound,
+)
 from mere.log.actions import (
     Action,
     AddFile,
     CommitInfo,
     DatabaseMeta,
     TableMeta,
-    encode_commit,
 )
-from mere.log.log import Log, PutOutcome
+from mere.log.log import Log
 from mere.maintain.common import DataFileMissing
 from mere.maintain.progress import progress
 from mere.names import check_table_name
 from mere.snapshot.state import DatabaseState
 from mere.storage import ObjectStore, open_store
+from mere.txn.committer import Committer
 
 if TYPE_CHECKING:
-    from mere.database import Database
+    from mere.txn.context import DatabaseContext
 
 ExportMode = Literal["full", "minimal"]
 #: Files copied concurrently.
 COPY_THREADS = 8
 #: Database property of a minimal export (data files referenced by absolute URI).
 EXTERNAL_FILES_PROPERTY = "mere.externalFiles"
-
-
-class ExportTargetExists(MereError):
-    """The export target already holds a database (or one was created there concurrently)."""
 
 
 @dataclass
@@ -74,7 +75,7 @@ class ExportResult:
 
 
 def export(
-    db: Database,
+    db: DatabaseContext,
     target: str | os.PathLike[str] | ObjectStore,
     version: int | None = None,
     tables: Sequence[str] | None = None,
@@ -106,7 +107,7 @@ def export(
         raise ValueError(f"mode must be 'full' or 'minimal', not {mode!r}")
     if isinstance(tables, str):
         raise TypeError("tables must be a list of table names, not a string")
-    state = db._state_at(db.snapshot(version=version).version)
+    state = db.state_at(db.snapshot(version=version).version)
     chosen = _choose_tables(state, tables)
     store = target if isinstance(target, ObjectStore) else open_store(target)
     if store.uri == db.store.uri:
@@ -136,9 +137,8 @@ def export(
     if tables is None:
         actions += state.app_txns.values()
     names = [meta.name for meta in chosen]
-    commit_id = uuid.uuid4().hex
     info = CommitInfo(
-        commit_id=commit_id,
+        commit_id=uuid.uuid4().hex,
         timestamp=now,
         read_version=None,
         isolation="serializable",
@@ -160,12 +160,12 @@ def export(
         },
         engine="mere",
     )
-    if log.put_commit(0, encode_commit(info, actions), commit_id) is not PutOutcome.WON:
+    committer = Committer(log, lambda _: log.write_latest_hint(0), max_attempts=1)
+    if committer.create(info, actions) is None:
         raise ExportTargetExists(
             f"a database was created at {store.uri} while exporting to it; "
             "the copied data files are orphans there"
         )
-    log.write_latest_hint(0)
     return ExportResult(
         target=store.uri,
         source_version=state.version,

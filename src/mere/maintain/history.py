@@ -14,10 +14,10 @@ from mere.log.actions import Commit
 from mere.snapshot.snapshot import ms_to_datetime
 
 if TYPE_CHECKING:
-    from mere.database import Database
+    from mere.txn.context import DatabaseContext
 
 
-def history(db: Database, limit: int | None = None) -> list[dict[str, Any]]:
+def history(db: DatabaseContext, limit: int | None = None) -> list[dict[str, Any]]:
     """One entry per commit, newest first (at most ``limit`` entries).
 
     Each entry holds the keys ``version``, ``timestamp`` (ISO 8601, UTC),
@@ -32,7 +32,7 @@ def history(db: Database, limit: int | None = None) -> list[dict[str, Any]]:
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise ValueError(f"limit must be a positive int, not {limit!r}")
-    latest = db._latest_state().version
+    latest = db.latest_state().version
     first = 0 if limit is None else max(0, latest - limit + 1)
     try:
         commits = db.log.read_commits(first, latest)

@@ -48,7 +48,7 @@ from mere.snapshot.state import DatabaseState, TableState
 from mere.txn.transaction import Transaction
 
 if TYPE_CHECKING:
-    from mere.database import Database
+    from mere.txn.context import DatabaseContext
 
 #: How often a restore that conflicts with concurrent commits starts over.
 RESTORE_ATTEMPTS = 3
@@ -78,7 +78,7 @@ class RestoreResult:
 
 
 def restore(
-    db: Database,
+    db: DatabaseContext,
     version: int | None = None,
     *,
     timestamp: datetime | int | None = None,
@@ -97,9 +97,9 @@ def restore(
         raise ValueError("pass the version or the timestamp to restore")
     if isinstance(tables, str):
         raise TypeError("tables must be a list of table names, not a string")
-    old = db.snapshot(version=version, timestamp=timestamp)._state
+    old = db.snapshot(version=version, timestamp=timestamp).state
     for attempt in range(1, RESTORE_ATTEMPTS + 1):
-        tx = db.transaction("serializable")
+        tx = db.begin("serializable")
         try:
             result = _stage(db, tx, old, tables)
             result.version = tx.commit()
@@ -115,10 +115,10 @@ def restore(
 
 
 def _stage(
-    db: Database, tx: Transaction, old: DatabaseState, tables: Sequence[str] | None
+    db: DatabaseContext, tx: Transaction, old: DatabaseState, tables: Sequence[str] | None
 ) -> RestoreResult:
     """Stage in ``tx`` the changes that make the chosen tables equal to ``old``."""
-    now = tx._state
+    now = tx.read_state
     result = RestoreResult(restored_version=old.version, version=tx.read_version)
     if tables is None:
         tx.tables()  # record the listing: a concurrent create or drop conflicts
@@ -154,18 +154,17 @@ def _stage(
         was = old.tables[table_id]
         cur = now.tables.get(table_id)
         if cur is None:
-            tx._stage_table(was.meta, recreate=True)
+            tx.stage.create(was.meta)
             result.tables_recreated.append(was.meta.name)
             to_add.append((was.meta, list(was.files.values())))
             continue
         _record_read(tx, cur)
         changed = False
         if not _same_meta(was.meta, cur.meta):
-            tx._stage_table(was.meta, recreate=False)
+            tx.stage.set_metadata(table_id, was.meta)
             changed = True
         removed = [f for p, f in cur.files.items() if p not in was.files]
-        for add in removed:
-            tx._remove_file(table_id, add)
+        tx.stage.remove_files(table_id, removed)
         added = [f for p, f in was.files.items() if p not in cur.files]
         if added:
             to_add.append((was.meta, added))
@@ -177,19 +176,25 @@ def _stage(
     _check_files_exist(db, old.version, to_add)
     for meta, adds in to_add:
         # Re-added files change the table's rows, even if a compaction first wrote them.
-        tx.add_files(meta.name, [replace(a, data_change=True) for a in adds], operation="RESTORE")
+        # Files of an older version: never deleted by this transaction, whatever happens.
+        tx.add_files(
+            meta.name,
+            [replace(a, data_change=True) for a in adds],
+            operation="RESTORE",
+            owned=False,
+        )
         result.files_added += len(adds)
         result.rows_added += sum(a.rows for a in adds)
 
     names = sorted({*result.tables_restored, *result.tables_recreated, *result.tables_dropped})
     # One operation for the whole commit: commitInfo says RESTORE {version, tables}.
-    tx._operations = [{"operation": "RESTORE", "version": old.version, "tables": names}]
+    tx.stage.set_operations([{"operation": "RESTORE", "version": old.version, "tables": names}])
     return result
 
 
 def _record_read(tx: Transaction, table: TableState) -> None:
     """Record a read of every row of ``table``: a concurrent change to it then conflicts."""
-    tx._plan_read(table.meta.id, [], None)
+    tx.stage.plan_read(table.meta.id, [], None)
 
 
 def _same_meta(a: TableMeta, b: TableMeta) -> bool:
@@ -204,7 +209,7 @@ def _same_meta(a: TableMeta, b: TableMeta) -> bool:
 
 
 def _check_files_exist(
-    db: Database, version: int, to_add: list[tuple[TableMeta, list[AddFile]]]
+    db: DatabaseContext, version: int, to_add: list[tuple[TableMeta, list[AddFile]]]
 ) -> None:
     """Raise DataFileMissing if any file to add back no longer exists."""
     jobs = [(meta, add) for meta, adds in to_add for add in adds]

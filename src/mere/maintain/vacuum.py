@@ -46,7 +46,7 @@ from mere.snapshot.state import TableState
 from mere.storage.local import LocalStore
 
 if TYPE_CHECKING:
-    from mere.database import Database
+    from mere.txn.context import DatabaseContext
 
 #: Default retention: a week, as Delta Lake's ``deletedFileRetentionDuration``.
 DEFAULT_RETENTION = timedelta(days=7)
@@ -77,7 +77,7 @@ class VacuumResult:
 
 
 def vacuum(
-    db: Database,
+    db: DatabaseContext,
     retention: timedelta = DEFAULT_RETENTION,
     *,
     dry_run: bool = False,
@@ -102,7 +102,7 @@ def vacuum(
     cutoff = now_seconds(now) - retention.total_seconds()
     oldest, latest = readable_range(db)
     keep_from = oldest_retained_version(db.log, oldest, latest, int(cutoff * 1000))
-    referenced = _keys(db._state_at(keep_from).tables.values())
+    referenced = _keys(db.state_at(keep_from).tables.values())
     if latest > keep_from:
         for commit in db.log.read_commits(keep_from + 1, latest):
             referenced.update(_added(commit.actions))
@@ -160,7 +160,7 @@ def _added(actions: Iterable[Action]) -> set[str]:
     return {f"tables/{a.table_id}/{a.path}" for a in actions if isinstance(a, AddFile)}
 
 
-def _sweep_temp_files(db: Database, cutoff: float, dry_run: bool) -> int:
+def _sweep_temp_files(db: DatabaseContext, cutoff: float, dry_run: bool) -> int:
     """Remove (or count) the local store's temporary-file leftovers older than the cutoff."""
     store = db.store
     if not isinstance(store, LocalStore):

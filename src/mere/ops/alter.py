@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from mere import schema as schemas
 from mere.constraints import CHECK_PREFIX, checks, compile_check, enforce
 from mere.errors import InvalidName, SchemaMismatch
+from mere.log.actions import TableMeta
 
 if TYPE_CHECKING:
     from mere.txn.transaction import Transaction
@@ -28,36 +30,45 @@ class AlterTable:
         self._tx = tx
         self._id = table_id
 
+    def _change(
+        self, change: Callable[[TableMeta], TableMeta], operation: str, **parameters: Any
+    ) -> AlterTable:
+        """Stage the metadata ``change`` makes, as one statement."""
+        with self._tx.statement() as stage:
+            stage.set_metadata(self._id, change(stage.meta(self._id)))
+            stage.record_operation(operation, self._id, **parameters)
+        return self
+
     def add_column(self, name: str, type: pa.DataType, *, nullable: bool = True) -> AlterTable:
         """Add a nullable column; rows written before read it as NULL."""
-        meta = self._tx._meta(self._id)
-        schema = schemas.add_column(meta.schema, pa.field(name, type, nullable))
-        self._tx._alter(
-            self._id, replace(meta, schema=schema), "ADD COLUMN", column=name, type=str(type)
-        )
-        return self
-
-    def rename_column(self, old: str, new: str) -> AlterTable:
-        """Rename a column (not a partition column); data files are not rewritten."""
-        meta = self._tx._meta(self._id)
-        schema = schemas.rename_column(meta.schema, meta.partition_columns, old, new)
-        self._tx._alter(self._id, replace(meta, schema=schema), "RENAME COLUMN", column=old, to=new)
-        return self
-
-    def widen_column(self, name: str, type: pa.DataType) -> AlterTable:
-        """Widen an integer, floating or decimal column; a lossy change is refused."""
-        meta = self._tx._meta(self._id)
-        if name in meta.partition_columns:
-            raise SchemaMismatch(f"{name!r} is a partition column; its type cannot change")
-        schema = schemas.widen_column(meta.schema, name, type)
-        self._tx._alter(
-            self._id,
-            replace(meta, schema=schema),
-            "CHANGE COLUMN TYPE",
+        field = pa.field(name, type, nullable)
+        return self._change(
+            lambda meta: replace(meta, schema=schemas.add_column(meta.schema, field)),
+            "ADD COLUMN",
             column=name,
             type=str(type),
         )
-        return self
+
+    def rename_column(self, old: str, new: str) -> AlterTable:
+        """Rename a column (not a partition column); data files are not rewritten."""
+        return self._change(
+            lambda meta: replace(
+                meta, schema=schemas.rename_column(meta.schema, meta.partition_columns, old, new)
+            ),
+            "RENAME COLUMN",
+            column=old,
+            to=new,
+        )
+
+    def widen_column(self, name: str, type: pa.DataType) -> AlterTable:
+        """Widen an integer, floating or decimal column; a lossy change is refused."""
+
+        def widen(meta: TableMeta) -> TableMeta:
+            if name in meta.partition_columns:
+                raise SchemaMismatch(f"{name!r} is a partition column; its type cannot change")
+            return replace(meta, schema=schemas.widen_column(meta.schema, name, type))
+
+        return self._change(widen, "CHANGE COLUMN TYPE", column=name, type=str(type))
 
     def set_properties(self, properties: dict[str, str]) -> AlterTable:
         """Set table properties (string to string); ``mere.*`` keys are reserved."""
@@ -66,39 +77,30 @@ class AlterTable:
         reserved = [k for k in properties if k.startswith("mere.")]
         if reserved:
             raise InvalidName(f"property keys starting with 'mere.' are reserved: {reserved}")
-        meta = self._tx._meta(self._id)
-        self._tx._alter(
-            self._id,
-            replace(meta, properties={**meta.properties, **properties}),
+        return self._change(
+            lambda meta: replace(meta, properties={**meta.properties, **properties}),
             "SET PROPERTIES",
             properties=properties,
         )
-        return self
 
     def add_check(self, name: str, condition: str) -> AlterTable:
         """Add a named CHECK constraint; the table's current rows must satisfy it."""
-        meta = self._tx._meta(self._id)
-        if name in checks(meta.properties):
-            raise InvalidName(f"constraint {name!r} already exists")
-        compile_check(name, condition, meta.schema)
-        properties = {**meta.properties, CHECK_PREFIX + name: condition}
-        current = self._tx.table(meta.name).scan()
-        enforce(meta.schema, {CHECK_PREFIX + name: condition}, current, "the existing rows")
-        self._tx._alter(
-            self._id,
-            replace(meta, properties=properties),
-            "ADD CONSTRAINT",
-            name=name,
-            expr=condition,
-        )
-        return self
+
+        def add(meta: TableMeta) -> TableMeta:
+            if name in checks(meta.properties):
+                raise InvalidName(f"constraint {name!r} already exists")
+            compile_check(name, condition, meta.schema)
+            current = self._tx.table(meta.name).scan()
+            enforce(meta.schema, {CHECK_PREFIX + name: condition}, current, "the existing rows")
+            return replace(meta, properties={**meta.properties, CHECK_PREFIX + name: condition})
+
+        return self._change(add, "ADD CONSTRAINT", name=name, expr=condition)
 
     def drop_check(self, name: str) -> AlterTable:
-        meta = self._tx._meta(self._id)
-        if name not in checks(meta.properties):
-            raise InvalidName(f"no constraint {name!r} on table {meta.name!r}")
-        properties = {k: v for k, v in meta.properties.items() if k != CHECK_PREFIX + name}
-        self._tx._alter(
-            self._id, replace(meta, properties=properties), "DROP CONSTRAINT", name=name
-        )
-        return self
+        def drop(meta: TableMeta) -> TableMeta:
+            if name not in checks(meta.properties):
+                raise InvalidName(f"no constraint {name!r} on table {meta.name!r}")
+            properties = {k: v for k, v in meta.properties.items() if k != CHECK_PREFIX + name}
+            return replace(meta, properties=properties)
+
+        return self._change(drop, "DROP CONSTRAINT", name=name)

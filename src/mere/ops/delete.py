@@ -24,5 +24,5 @@ def delete(table: TxTable, where: str) -> int:
     deleted = rewrite_matching(
         table, where, lambda rows, mask: rows.filter(pc.invert(mask)), drop_covered=True
     )
-    table._tx._record_operation("DELETE", table._id, predicate=where, numDeletedRows=deleted)
+    table.stage.record_operation("DELETE", table.table_id, predicate=where, numDeletedRows=deleted)
     return deleted

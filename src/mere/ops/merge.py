@@ -51,12 +51,13 @@ import pyarrow.types as pat
 
 from mere import expr as sqlexpr
 from mere.data.reader import read_file
-from mere.errors import ConstraintViolation, InvalidExpression, SchemaMismatch
+from mere.errors import ConstraintViolation, InvalidArgument, InvalidExpression, SchemaMismatch
 from mere.expr.ast import quote_identifier
 from mere.names import name_key
 from mere.ops.rewrite import match_mask
 from mere.ops.update import assign_values, literal_value
 from mere.schema import conform, to_arrow_table
+from mere.txn.context import run_statement
 
 if TYPE_CHECKING:
     from mere.log.actions import AddFile
@@ -242,20 +243,15 @@ class TableMerger:
             ConflictError: (``Table.merge`` only) a concurrent commit conflicts.
         """
         if self._executed:
-            raise ValueError("this merge was already executed; build a new one")
+            raise InvalidArgument("this merge was already executed; build a new one")
         if not self._matched and not self._not_matched:
-            raise ValueError("merge needs at least one when_matched_* or when_not_matched_* clause")
+            raise InvalidArgument(
+                "merge needs at least one when_matched_* or when_not_matched_* clause"
+            )
         self._executed = True
-        if not self._commit:
-            return self._run()
-        tx = self._table._tx
-        try:
-            metrics = self._run()
-            tx.commit()
-        except Exception:
-            tx.abort()  # a no-op when commit() already settled the transaction
-            raise
-        return metrics
+        return run_statement(
+            self._table.transaction, lambda _: self._run(), autocommit=self._commit
+        )
 
     # --- checking what the user wrote ---------------------------------------------------
 
@@ -476,8 +472,7 @@ class TableMerger:
     # --- running it -------------------------------------------------------------------
 
     def _run(self) -> MergeMetrics:
-        tx, table_id = self._table._tx, self._table._id
-        tx._check_open()
+        stage, table_id = self._table.stage, self._table.table_id
         schema = self._target_schema
         source = self._source
         prefixed_source = _rename(source, self._source_schema)
@@ -490,7 +485,7 @@ class TableMerger:
         files: list[AddFile] = []
         if pc.any(valid_source).as_py():
             files = self._plan_read(source_keys, valid_source)
-        store, meta = tx._db.store, tx._meta(table_id)
+        store, meta = stage.store, stage.meta(table_id)
         parts = [read_file(store, meta, add, schema.names) for add in files]
         target = pa.concat_tables(parts) if parts else schema.empty_table()
         file_of_row = pa.chunked_array(
@@ -551,16 +546,13 @@ class TableMerger:
 
         # 6. Write (nothing above wrote anything, so an error left the transaction as it was).
         removed_files = [files[i] for i in rewritten_files.to_pylist()]
-        for add in removed_files:
-            tx._remove_file(table_id, add)
-        tx._flush(table_id)
-        before = len(tx._adds.get(table_id, ()))
+        stage.remove_files(table_id, removed_files)
+        before = len(stage.live_files(table_id)[1])
         if replacement.num_rows:
-            tx._write_rows(table_id, replacement)
+            stage.write_rows(table_id, replacement)
         if inserted.num_rows:
-            tx._write_rows(table_id, inserted)
-        tx._flush(table_id)
-        added_files = len(tx._adds.get(table_id, ())) - before
+            stage.write_rows(table_id, inserted)
+        added_files = len(stage.live_files(table_id)[1]) - before
         metrics = MergeMetrics(
             num_source_rows=source.num_rows,
             num_target_rows_inserted=inserted.num_rows,
@@ -570,7 +562,7 @@ class TableMerger:
             num_target_files_added=added_files,
             num_target_files_removed=len(removed_files),
         )
-        tx._record_operation("MERGE", table_id, **self.history_parameters(metrics))
+        stage.record_operation("MERGE", table_id, **self.history_parameters(metrics))
         return metrics
 
     def history_parameters(self, metrics: MergeMetrics) -> dict[str, Any]:
@@ -611,17 +603,17 @@ class TableMerger:
 
         ``exact`` holds each key's IN list (or range), ``ranged`` each key's range.
         """
-        tx, table_id = self._table._tx, self._table._id
+        stage, table_id = self._table.stage, self._table.table_id
         candidates = [exact + self._target_only, ranged + self._target_only, self._target_only]
         for parts in candidates:
             if not parts:
                 continue
             text = sqlexpr.to_sql(parts[0] if len(parts) == 1 else sqlexpr.And(tuple(parts)))
             try:
-                return tx._plan_read(table_id, None, text)[1]
+                return stage.plan_read(table_id, None, text)[1]
             except InvalidExpression:
                 continue  # e.g. a key type whose literals the parser cannot read back
-        return tx._plan_read(table_id, None, None)[1]
+        return stage.plan_read(table_id, None, None)[1]
 
     def _new_rows(self, clause: _Clause, rows: pa.Table, *, from_target: bool) -> pa.Table:
         """The target rows an update (over joined pairs) or insert (over source rows) makes."""

@@ -22,7 +22,7 @@ def overwrite(table: TxTable, data: Any, where: str | None = None) -> int:
     ``replaceWhere``: otherwise ConstraintViolation and nothing changes.
     Returns the number of rows removed.
     """
-    tx = table._tx
+    stage = table.stage
     schema = table.schema
     rows = conform(to_arrow_table(data, schema), schema)
     if where is not None:
@@ -38,16 +38,19 @@ def overwrite(table: TxTable, data: Any, where: str | None = None) -> int:
         removed = _remove_all(table)
     else:
         removed = rewrite_matching(table, where, lambda old, mask: old.filter(pc.invert(mask)))
-    tx._write_rows(table._id, rows)
-    tx._record_operation(
-        "OVERWRITE", table._id, predicate=where, numRemovedRows=removed, numAddedRows=rows.num_rows
+    stage.write_rows(table.table_id, rows)
+    stage.record_operation(
+        "OVERWRITE",
+        table.table_id,
+        predicate=where,
+        numRemovedRows=removed,
+        numAddedRows=rows.num_rows,
     )
     return removed
 
 
 def _remove_all(table: TxTable) -> int:
     """Remove every live file without reading it (they are all replaced)."""
-    _, files = table._tx._plan_read(table._id, None, None)
-    for add in files:
-        table._tx._remove_file(table._id, add)
+    _, files = table.stage.plan_read(table.table_id, None, None)
+    table.stage.remove_files(table.table_id, files)
     return sum(add.rows for add in files)

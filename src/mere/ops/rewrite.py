@@ -28,25 +28,25 @@ def rewrite_matching(
     ``drop_covered`` (a delete), a file whose partition values or statistics
     show that every row matches is removed without being read.
     """
-    tx, table_id = table._tx, table._id
-    plan, files = tx._plan_read(table_id, None, where)
+    stage, table_id = table.stage, table.table_id
+    plan, files = stage.plan_read(table_id, None, where)
     matched = 0
     to_read = []
     for add in files:
         if drop_covered and plan.covers(add):
-            tx._remove_file(table_id, add)
+            stage.remove_files(table_id, [add])
             matched += add.rows
         else:
             to_read.append(add)
-    for add, rows in iter_read_files(tx._db.store, plan.table, to_read, plan.table.schema.names):
+    for add, rows in iter_read_files(stage.store, plan.table, to_read, plan.table.schema.names):
         mask = match_mask(plan.predicate, rows)
         count = pc.sum(mask).as_py() or 0
         if count == 0:
             continue
         replacement = change(rows, mask)
-        tx._remove_file(table_id, add)
+        stage.remove_files(table_id, [add])
         if replacement.num_rows:
-            tx._write_rows(table_id, replacement)
+            stage.write_rows(table_id, replacement)
         matched += count
     return matched
 

@@ -36,9 +36,9 @@ def update(table: TxTable, where: str | None, set: Mapping[str, Any]) -> int:
     change = UpdateRows(table.schema, dict(set) if isinstance(set, Mapping) else set)
     change.assignments()  # every mistake is raised before any file is read
     updated = rewrite_matching(table, where, change)
-    table._tx._record_operation(
+    table.stage.record_operation(
         "UPDATE",
-        table._id,
+        table.table_id,
         predicate=where,
         set={k: str(v) for k, v in set.items()},
         numUpdatedRows=updated,

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from mere.errors import TableNotFound
-from mere.log.actions import AddFile
+from mere.log.actions import AddFile, TableMeta
 from mere.names import check_table_name
 from mere.snapshot.scan import plan_scan, scan_batches, scan_files
 from mere.snapshot.state import DatabaseState, TableState
@@ -34,6 +34,11 @@ class Snapshot:
     @property
     def version(self) -> int:
         return self._state.version
+
+    @property
+    def state(self) -> DatabaseState:
+        """The database state this snapshot reads (for engines built on mere)."""
+        return self._state
 
     @property
     def timestamp(self) -> datetime:
@@ -74,6 +79,11 @@ class TableSnapshot:
     @property
     def name(self) -> str:
         return self._state.meta.name
+
+    @property
+    def meta(self) -> TableMeta:
+        """The table's full metadata (id, physical column names, constraints)."""
+        return self._state.meta
 
     @property
     def id(self) -> str:

@@ -1,11 +1,10 @@
-"""The few places where the Spark layer reaches below mere's public API.
+"""What the Spark layer asks of the core, in one place.
 
 Spark executors write data files themselves and the driver publishes them,
 so this layer needs a table's full metadata (id, physical column names,
 CHECK constraints), the files a filter selects inside a transaction (with
 the read recorded for conflict detection), and copy-on-write removal of
-files. The core has no public spelling for these yet; every such access is
-here, in one place, so a change of the core touches one module.
+files: all through the transaction's stage (:mod:`mere.txn.stage`).
 """
 
 from __future__ import annotations
@@ -32,18 +31,17 @@ from mere.txn.transaction import Transaction
 
 def table_meta(table: TableSnapshot) -> TableMeta:
     """The full metadata of a table at a snapshot."""
-    meta: TableMeta = table._state.meta
-    return meta
+    return table.meta
 
 
 def tx_table_meta(tx: Transaction, name: str) -> TableMeta:
     """The full metadata of a table as a transaction sees it (its own changes included)."""
-    return tx._meta(tx.table(name)._id)
+    return tx.table(name).meta
 
 
 def tx_uri(tx: Transaction) -> str:
     """The URI of the database a transaction belongs to."""
-    return tx._db.uri
+    return tx.uri
 
 
 def find_table(snapshot: Snapshot, table_id: str) -> TableSnapshot | None:
@@ -82,25 +80,25 @@ def create_table_with_id(tx: Transaction, meta: TableMeta) -> None:
 
 def evolve_schema(tx: Transaction, name: str, schema: pa.Schema) -> None:
     """Give a table the schema a ``mergeSchema`` write extended, in ``tx``."""
-    table_id = tx.table(name)._id
-    tx._alter(table_id, replace(tx._meta(table_id), schema=schema), "MERGE SCHEMA")
+    table = tx.table(name)
+    with tx.statement() as stage:
+        stage.set_metadata(table.table_id, replace(table.meta, schema=schema))
+        stage.record_operation("MERGE SCHEMA", table.table_id)
 
 
 def plan_tx_read(tx: Transaction, name: str, where: str | None) -> tuple[ScanPlan, list[AddFile]]:
     """The files of a table a condition may match, recorded as a read of ``tx``."""
-    return tx._plan_read(tx.table(name)._id, None, where)
+    return tx.stage.plan_read(tx.table(name).table_id, None, where)
 
 
 def remove_files(tx: Transaction, name: str, adds: Iterable[AddFile]) -> None:
     """Take live files out of a table in ``tx`` (their rows were rewritten elsewhere)."""
-    table_id = tx.table(name)._id
-    for add in adds:
-        tx._remove_file(table_id, add)
+    tx.stage.remove_files(tx.table(name).table_id, list(adds))
 
 
 def record_operation(tx: Transaction, name: str, operation: str, **parameters: Any) -> None:
     """Name an operation in the commit's ``operationParameters``."""
-    tx._record_operation(operation, tx.table(name)._id, **parameters)
+    tx.stage.record_operation(operation, tx.table(name).table_id, **parameters)
 
 
 def iter_row_groups(
@@ -144,15 +142,15 @@ def commit_added(uri: str, table_id: str, paths: set[str], since: int) -> bool |
     None when the log cannot be read (the outcome is unknown: delete nothing).
     """
     try:
-        db = connect(uri, create=False)
-        latest = db.version
-        if latest <= since:
-            return False
-        for commit in db.log.read_commits(since + 1, latest):
-            for action in commit.actions:
-                if isinstance(action, AddFile) and action.table_id == table_id:
-                    if action.path in paths:
-                        return True
+        with connect(uri, create=False) as db:
+            latest = db.version
+            if latest <= since:
+                return False
+            for commit in db.log.read_commits(since + 1, latest):
+                for action in commit.actions:
+                    if isinstance(action, AddFile) and action.table_id == table_id:
+                        if action.path in paths:
+                            return True
     except MereError:
         return None
     return False

@@ -37,6 +37,7 @@ from mere.spark._files import (
 from mere.spark._merge import SparkMerger
 from mere.spark._write import _PathList, check_uri
 from mere.storage import open_store
+from mere.txn.context import run_statement
 from mere.txn.transaction import DEFAULT_ISOLATION, Isolation, Transaction
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def _rewrite(
     try:
         _core.remove_files(tx, table, [by_path[r.path] for r in changed])
         if new:
-            tx.add_files(table, new, operation=operation)
+            tx.add_files(table, new, operation=operation)  # owned: a failed commit deletes them
     except BaseException:
         delete_files(open_store(uri), meta, [a.path for a in new])
         raise
@@ -138,10 +139,11 @@ def _in_transaction(
     work: Callable[[Transaction], T],
 ) -> T:
     if isinstance(uri, Transaction):
-        return work(uri)
-    db = connect(uri, create=False)
-    with db.transaction(isolation) as tx:
-        return work(tx)
+        tx = uri
+        return run_statement(tx, lambda _: work(tx), autocommit=False)
+    with connect(uri, create=False) as db:
+        own = db.begin(isolation)
+        return run_statement(own, lambda _: work(own), autocommit=True)
 
 
 def delete(

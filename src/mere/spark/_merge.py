@@ -48,7 +48,7 @@ from pyspark.sql.types import StructField, StructType
 
 from mere import expr as sqlexpr
 from mere.data.reader import iter_file
-from mere.errors import SchemaMismatch
+from mere.errors import InvalidArgument, SchemaMismatch
 from mere.log.actions import AddFile, TableMeta
 from mere.ops.merge import (
     IN_LIST_LIMIT,
@@ -72,6 +72,7 @@ from mere.spark._types import (
 )
 from mere.spark._write import check_uri, run_write_job
 from mere.storage import open_store
+from mere.txn.context import run_statement
 from mere.txn.transaction import Transaction
 
 if TYPE_CHECKING:
@@ -379,24 +380,17 @@ class SparkMerger:
         """
         m = self._merger
         if self._executed:
-            raise ValueError("this merge was already executed; build a new one")
+            raise InvalidArgument("this merge was already executed; build a new one")
         if not m._matched and not m._not_matched:
-            raise ValueError("merge needs at least one when_matched_* or when_not_matched_* clause")
+            raise InvalidArgument(
+                "merge needs at least one when_matched_* or when_not_matched_* clause"
+            )
         self._executed = True
-        if not self._commit:
-            return self._run()
-        try:
-            metrics = self._run()
-            self._tx.commit()
-        except Exception:
-            self._tx.abort()
-            raise
-        return metrics
+        return run_statement(self._tx, lambda _: self._run(), autocommit=self._commit)
 
     # --- running it -----------------------------------------------------------------
 
     def _run(self) -> MergeMetrics:
-        self._tx._check_open()
         m = self._merger
         detached = copy.copy(m)
         detached.__dict__["_table"] = None  # the transaction stays on the driver

@@ -58,7 +58,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pyarrow as pa
 
-from mere.errors import AlreadyExists, InvalidKey, MereError, ObjectNotFound, StorageError
+from mere.errors import (
+    AlreadyExists,
+    InvalidKey,
+    MissingDependency,
+    ObjectNotFound,
+    StorageError,
+)
 from mere.storage.base import ObjectMeta, ObjectStore, check_key, check_prefix
 
 if TYPE_CHECKING:
@@ -95,10 +101,6 @@ _NOT_SENT = re.compile(r"(?i)builder error|relative url|invalid url|url scheme")
 #: are read with ranged GETs (Parquet readers fetch only the footer and the
 #: column chunks they need).
 DEFAULT_WHOLE_OBJECT_LIMIT = 16 * 1024 * 1024
-
-
-class MissingDependency(MereError, ImportError):
-    """An optional dependency (obstore, for cloud stores) is not installed."""
 
 
 def import_obstore(extra: str) -> ModuleType:

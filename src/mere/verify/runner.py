@@ -42,7 +42,10 @@ from typing import Any
 from urllib.parse import urlparse
 
 from mere.database import connect
-from mere.errors import MereError, StorageError
+from mere.errors import (
+    StorageError,
+    VerifyError,
+)
 from mere.log.keys import LATEST_HINT
 from mere.log.log import Log
 from mere.storage import ObjectStore, open_store
@@ -89,10 +92,6 @@ _ENDPOINT_VARIABLES = {
 }
 _AZURITE_URL = "AZURITE_BLOB_STORAGE_URL"
 _AZURITE_DEFAULT = "http://127.0.0.1:10000"
-
-
-class VerifyError(MereError):
-    """A verify run cannot start or could not finish (not an anomaly: those are reported)."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,185 @@
+"""The committer: the one path from staged actions to a version in the log.
+
+::
+
+    actions ──► encode, decode and apply to the base state, as a reader would
+                (a commit a reader would reject is refused, never published)
+       │
+       ▼
+    put _log/<base + 1>.json create-only ──WON──► after-commit hooks ──► version
+       │                                          (state cache, hint, checkpoint)
+       │ LOST (ambiguous outcomes resolved by commit id: mere.log.Log.put_commit)
+       ▼
+    read the winners ──► conflict with our footprint? ──► ConflictError
+       │ no
+       ▼
+    rebase onto them, validate again, retry (bounded, jittered backoff)
+
+Version 0 (a new database, an export's first commit) goes through
+:meth:`Committer.create`, with the same validation.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from mere.errors import CorruptLog, InvalidCommit, RetriesExhausted
+from mere.log.actions import Action, CommitInfo, decode_commit, encode_commit
+from mere.log.keys import commit_key
+from mere.log.log import Log, PutOutcome
+from mere.snapshot.state import DatabaseState
+from mere.txn.conflicts import TxFootprint, check_winner
+
+#: A transaction older than this moves to the latest version before its first commit try.
+STALE_SNAPSHOT_SECONDS = 60.0
+DEFAULT_MAX_COMMIT_ATTEMPTS = 100
+_BACKOFF_BASE = 0.002
+_BACKOFF_CAP = 0.25
+
+#: Builds the commitInfo for a commit id on top of a base state.
+DescribeCommit = Callable[[str, DatabaseState, Sequence[Action]], CommitInfo]
+#: Runs after a commit landed, with the state at the new version.
+AfterCommit = Callable[[DatabaseState], None]
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A commit that landed: its version, the state it made, and its commitInfo."""
+
+    version: int
+    state: DatabaseState
+    info: CommitInfo
+
+
+def validate(
+    base: DatabaseState | None, version: int, info: CommitInfo, actions: Sequence[Action]
+) -> tuple[bytes, DatabaseState]:
+    """Encode a commit and apply it to ``base`` exactly as a reader would.
+
+    Returns the bytes to put and the state they make; ``base`` None means
+    version 0.
+
+    Raises:
+        InvalidCommit: a reader would reject the commit (nothing was published).
+    """
+    data = encode_commit(info, list(actions))
+    try:
+        commit = decode_commit(commit_key(version), version, data)
+        if base is None:
+            return data, DatabaseState.initial(commit)
+        return data, base.apply(commit)
+    except CorruptLog as exc:
+        raise InvalidCommit(
+            f"refused to publish version {version}: readers would reject it ({exc.reason})",
+            help="this is a bug in mere or in the engine writing through it; nothing was committed",
+        ) from None
+
+
+class Committer:
+    """Publishes commits to one log; see the module docstring for the steps.
+
+    Args:
+        log: the database's log.
+        after_commit: hooks to run once a commit landed (never raise into the caller).
+        max_attempts: how often a commit losing races to non-conflicting
+            commits is rebased and retried.
+    """
+
+    def __init__(self, log: Log, after_commit: AfterCommit, *, max_attempts: int) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_commit_attempts must be at least 1")
+        self.log = log
+        self.after_commit = after_commit
+        self.max_attempts = max_attempts
+
+    def commit(
+        self,
+        base: DatabaseState,
+        actions: Sequence[Action],
+        footprint: TxFootprint,
+        describe: DescribeCommit,
+        *,
+        began: float,
+    ) -> Committed:
+        """Publish ``actions`` on top of ``base`` (or a later version they rebase onto).
+
+        ``began`` is the monotonic time the transaction began.
+
+        Raises:
+            InvalidCommit: a reader would reject the commit.
+            ConflictError: a winner conflicts with ``footprint``.
+            RetriesExhausted: lost ``max_attempts`` races in a row.
+            CommitOutcomeUnknown: the outcome could not be established.
+        """
+        commit_id = uuid.uuid4().hex
+        if time.monotonic() - began > STALE_SNAPSHOT_SECONDS:
+            # The commits after an old snapshot may have been expired: trying the next
+            # version could re-create an expired slot behind a checkpoint, so move to the
+            # latest version (never expired) first, validating what lies in between.
+            latest = self.log.latest_version()
+            if latest is not None and latest > base.version:
+                base = self.rebase(base, latest, footprint)
+        for attempt in range(1, self.max_attempts + 1):
+            version = base.version + 1
+            info = describe(commit_id, base, actions)
+            data, state = validate(base, version, info, actions)
+            if self.log.put_commit(version, data, commit_id) is PutOutcome.WON:
+                self.after_commit(state)
+                return Committed(version, state, info)
+            if attempt > 1:
+                # Back off before looking for the latest version, so the next try
+                # starts from what is newest after the pause, not before it.
+                time.sleep(random.uniform(0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2**attempt)))
+            # We just lost at ``version``: it exists, so discovery may start there.
+            latest = self.log.latest_version(known=version)
+            base = self.rebase(base, max(version, latest or version), footprint)
+        raise RetriesExhausted(
+            f"gave up after {self.max_attempts} attempts to commit",
+            winning_version=base.version,
+            table=None,
+        )
+
+    def rebase(self, base: DatabaseState, latest: int, footprint: TxFootprint) -> DatabaseState:
+        """Check every commit after ``base`` up to ``latest`` and move onto it."""
+        for commit in self.log.read_commits(base.version + 1, latest):
+            check_winner(footprint, base, commit)
+            base = base.apply(commit)
+        return base
+
+    def create(self, info: CommitInfo, actions: Sequence[Action]) -> Committed | None:
+        """Publish version 0 (a new database). None when another client created it first.
+
+        Raises:
+            InvalidCommit: a reader would reject the commit.
+        """
+        data, state = validate(None, 0, info, actions)
+        if self.log.put_commit(0, data, info.commit_id) is not PutOutcome.WON:
+            return None
+        self.after_commit(state)
+        return Committed(0, state, info)
+
+
+def first_commit_info(operation: str, timestamp: int, **parameters: object) -> CommitInfo:
+    """The commitInfo of a version 0."""
+    return CommitInfo(
+        commit_id=uuid.uuid4().hex,
+        timestamp=timestamp,
+        read_version=None,
+        isolation="serializable",
+        operation=operation,
+        parameters=dict(parameters),
+    )
+
+
+__all__ = [
+    "DEFAULT_MAX_COMMIT_ATTEMPTS",
+    "STALE_SNAPSHOT_SECONDS",
+    "Committed",
+    "Committer",
+    "first_commit_info",
+    "validate",
+]

@@ -1,0 +1,586 @@
+"""What a transaction has staged, and the only interface the verbs use to change it.
+
+A :class:`Stage` holds, per table, the changes a transaction has made so far
+(new metadata, creation, drop, added and removed data files) plus the
+database-wide ones (properties, application transaction markers) and the
+operations to name in ``commitInfo``. Every verb — in ``mere.ops``,
+``mere.maintain`` and ``mere.spark`` — reads and writes through its public
+methods; nothing outside ``mere.txn`` touches its fields.
+
+**Statements and savepoints.** :meth:`Stage.savepoint` opens a frame; if the
+body raises, every staged change made inside it is undone and every data
+file written inside it is deleted, so a failed statement leaves the
+transaction exactly as before it. Each table's staged changes are saved the
+first time a frame touches them (copy on first write), so a statement costs
+what it touches, not what the transaction holds. The reads a rolled-back
+statement made stay in the footprint: the caller saw them.
+
+**Files this transaction wrote** are tracked by the stage. Data files are
+only deleted by it when they can no longer be referenced: on rollback (the
+frame's files), on abort (all), and after a successful commit (those the
+commit does not reference: superseded by a later statement, or written for a
+table dropped again). Files handed in with :meth:`add_files` (written by
+Spark executors, or old files re-added by restore) belong to their caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+
+from mere.constraints import enforce
+from mere.data.writer import DataFileWriter
+from mere.errors import (
+    InvalidName,
+    MereError,
+    SchemaMismatch,
+    TableExists,
+    TableNotFound,
+)
+from mere.log.actions import (
+    Action,
+    AddFile,
+    AppTxn,
+    DropTable,
+    RemoveFile,
+    TableMeta,
+)
+from mere.names import check_table_name, name_key
+from mere.properties import check_database_properties
+from mere.snapshot.scan import ScanPlan, plan_scan
+from mere.snapshot.state import DatabaseState
+from mere.storage import ObjectStore
+from mere.txn.conflicts import ReadRecord, TxFootprint
+
+log = logging.getLogger("mere.txn")
+
+
+@dataclass
+class TableStage:
+    """One table's staged changes.
+
+    ``meta`` is the table's metadata as the transaction sees it when it
+    created or changed it (None: unchanged). A created table has no removes;
+    a dropped one has no adds, removes or metadata.
+    """
+
+    meta: TableMeta | None = None
+    created: bool = False
+    dropped: DropTable | None = None
+    adds: dict[str, AddFile] = field(default_factory=dict)  # path -> add
+    removes: dict[str, RemoveFile] = field(default_factory=dict)  # path -> remove
+
+    def copy(self) -> TableStage:
+        return TableStage(
+            self.meta, self.created, self.dropped, dict(self.adds), dict(self.removes)
+        )
+
+
+@dataclass
+class _Frame:
+    """One open savepoint: what to restore, and what was written inside it."""
+
+    tables: dict[str, TableStage | None] = field(default_factory=dict)  # saved on first touch
+    app_txns: dict[str, AppTxn] = field(default_factory=dict)
+    database_properties: dict[str, str] | None = None
+    operations: int = 0
+    rewrites: bool = False
+    writers: dict[str, DataFileWriter] = field(default_factory=dict)
+    written: list[tuple[str, str]] = field(default_factory=list)  # (table id, path)
+
+
+class Stage:
+    """A transaction's staged changes over the snapshot ``read_state``.
+
+    Args:
+        store: where data files are written.
+        read_state: the pinned snapshot the transaction reads.
+        isolation: the transaction's isolation level (for its footprint).
+        target_file_size: the size data files are cut at.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        read_state: DatabaseState,
+        isolation: str,
+        *,
+        target_file_size: int,
+    ) -> None:
+        self.store = store
+        self.read_state = read_state
+        self.target_file_size = target_file_size
+        self.reads = TxFootprint(isolation)  # reads only; writes are derived from the stage
+        self._tables: dict[str, TableStage] = {}
+        self._app_txns: dict[str, AppTxn] = {}
+        self._database_properties: dict[str, str] | None = None
+        self._operations: list[dict[str, Any]] = []
+        self._rewrites = False  # anything other than a plain append
+        self._frames: list[_Frame] = [_Frame()]  # the bottom frame is the transaction itself
+
+    # --- the namespace, as this transaction sees it -------------------------------
+
+    def lookup(self, name: str) -> TableMeta | None:
+        """The table named ``name`` as this transaction sees it; the lookup is recorded."""
+        key = name_key(check_table_name(name))
+        self.reads.looked_up.add(key)
+        for table in self._tables.values():
+            if table.meta is not None and name_key(table.meta.name) == key:
+                return table.meta
+        state = self.read_state.table_by_name(name)
+        if state is None:
+            return None
+        staged = self._tables.get(state.meta.id)
+        if staged is not None and (staged.dropped is not None or staged.meta is not None):
+            return None  # dropped, or renamed (found above under its new name otherwise)
+        return state.meta
+
+    def require(self, name: str) -> TableMeta:
+        """Like :meth:`lookup`, raising TableNotFound for a missing table."""
+        meta = self.lookup(name)
+        if meta is None:
+            raise TableNotFound(name, self.read_state.version)
+        return meta
+
+    def meta(self, table_id: str) -> TableMeta:
+        """The metadata of table ``table_id`` as this transaction sees it."""
+        staged = self._tables.get(table_id)
+        if staged is not None and staged.dropped is not None:
+            raise TableNotFound(staged.dropped.name, self.read_state.version)
+        if staged is not None and staged.meta is not None:
+            return staged.meta
+        state = self.read_state.tables.get(table_id)
+        if state is None:
+            raise TableNotFound(table_id, self.read_state.version)
+        return state.meta
+
+    def table_names(self) -> list[str]:
+        """Names of the tables this transaction sees, sorted; the listing is recorded."""
+        self.reads.listed_tables = True
+        names = {i: t.meta.name for i, t in self.read_state.tables.items()}
+        for table_id, staged in self._tables.items():
+            if staged.dropped is not None:
+                names.pop(table_id, None)
+            elif staged.meta is not None:
+                names[table_id] = staged.meta.name
+        return sorted(names.values())
+
+    def is_created(self, table_id: str) -> bool:
+        """Whether this transaction created the table."""
+        staged = self._tables.get(table_id)
+        return staged is not None and staged.created
+
+    # --- reads -------------------------------------------------------------------
+
+    def live_files(self, table_id: str) -> tuple[list[AddFile], list[AddFile]]:
+        """(files of the snapshot still live, files this transaction added)."""
+        self.meta(table_id)
+        self._flush(table_id)
+        staged = self._tables.get(table_id)
+        base: list[AddFile] = []
+        if staged is None or not staged.created:
+            removed = staged.removes if staged is not None else {}
+            base = [
+                f for p, f in self.read_state.tables[table_id].files.items() if p not in removed
+            ]
+        return base, list(staged.adds.values()) if staged is not None else []
+
+    def plan_read(
+        self, table_id: str, columns: Sequence[str] | None, filter: str | None
+    ) -> tuple[ScanPlan, list[AddFile]]:
+        """The files a scan of ``columns`` where ``filter`` reads; recorded as a read."""
+        plan = plan_scan(self.meta(table_id), columns, filter)
+        base, own = self.live_files(table_id)
+        chosen = plan.select(base)
+        if not self.is_created(table_id):
+            self.reads.reads.append(
+                ReadRecord(
+                    table_id,
+                    plan.table.name,
+                    frozenset(f.path for f in chosen),
+                    None if plan.predicate is None else plan.matches,
+                )
+            )
+        return plan, chosen + plan.select(own)
+
+    # --- table-level changes ---------------------------------------------------------
+
+    def create(self, meta: TableMeta) -> None:
+        """Stage a new table (or re-create a dropped one under its old id, for restore).
+
+        Raises:
+            TableExists: the name is taken in this transaction's view.
+            InvalidName: the id is in use in the snapshot or already staged.
+        """
+        if self.lookup(meta.name) is not None:
+            raise TableExists(meta.name)
+        if meta.id in self._tables or meta.id in self.read_state.tables:
+            raise InvalidName(f"table id {meta.id} is already in use")
+        self._touch(meta.id)
+        self._tables[meta.id] = TableStage(meta=meta, created=True)
+        self._rewrites = True
+
+    def recreate(self, meta: TableMeta) -> None:
+        """Stage ``meta`` as is for a table dropped before the snapshot (restore)."""
+        self.create(meta)
+
+    def set_metadata(self, table_id: str, meta: TableMeta) -> None:
+        """Replace a table's metadata (schema, properties, constraints, name).
+
+        Data files already written keep the schema they were written with:
+        buffered rows are written out first.
+        """
+        self.meta(table_id)
+        if meta.id != table_id:
+            raise InvalidName(f"metadata for table {meta.id} staged as {table_id}")
+        self._flush(table_id)
+        staged = self._touch(table_id)
+        staged.meta = meta
+        self._rewrites = True
+
+    def drop(self, table_id: str) -> None:
+        """Drop a table: its staged changes are discarded with it.
+
+        A table this transaction created disappears without a trace (the
+        files it wrote for it are deleted once the transaction ends); an
+        existing one gets a drop action.
+        """
+        meta = self.meta(table_id)
+        # Buffered rows become files first, so a rolled-back drop gets them back.
+        self._flush(table_id)
+        staged = self._touch(table_id)
+        if staged.created:
+            del self._tables[table_id]
+        else:
+            self._tables[table_id] = TableStage(dropped=DropTable(table_id, meta.name))
+        self._rewrites = True
+
+    # --- data changes ----------------------------------------------------------------
+
+    def write_rows(self, table_id: str, rows: pa.Table) -> None:
+        """Write rows already conformed to the table schema, after checking its constraints."""
+        meta = self.meta(table_id)
+        enforce(meta.schema, meta.properties, rows, f"the rows written to {meta.name!r}")
+        if rows.num_rows == 0:
+            return
+        self._touch(table_id)
+        frame = self._frames[-1]
+        writer = frame.writers.get(table_id)
+        if writer is None:
+            writer = DataFileWriter(self.store, meta, target_file_size=self.target_file_size)
+            frame.writers[table_id] = writer
+        writer.write(rows)
+
+    def add_files(self, table_id: str, adds: Sequence[AddFile], *, owned: bool = False) -> None:
+        """Publish data files written elsewhere with this commit.
+
+        ``owned``: this transaction wrote them (they are deleted if the
+        statement or transaction fails); otherwise their writer owns them.
+
+        Raises:
+            SchemaMismatch: a file belongs to another table.
+        """
+        self.meta(table_id)
+        for add in adds:
+            if add.table_id != table_id:
+                raise SchemaMismatch(f"data file {add.path} was written for another table")
+        staged = self._touch(table_id)
+        for add in adds:
+            staged.adds[add.path] = add
+        if owned:
+            self._frames[-1].written.extend((table_id, a.path) for a in adds)
+
+    def remove_files(self, table_id: str, adds: Sequence[AddFile]) -> None:
+        """Take live files out of the table (copy-on-write: their rows go elsewhere)."""
+        self._remove(table_id, adds, data_change=True)
+        if adds:
+            self._rewrites = True
+
+    def replace_files(
+        self, table_id: str, old: Sequence[AddFile], new: Sequence[AddFile], *, owned: bool = True
+    ) -> None:
+        """Swap files without changing the table's rows (compaction).
+
+        Removes and adds carry ``dataChange=false``: concurrent readers are not
+        invalidated by them, and only a concurrent removal of the same files
+        conflicts.
+        """
+        self._remove(table_id, old, data_change=False)
+        self.add_files(table_id, [replace(a, data_change=False) for a in new], owned=owned)
+
+    def _remove(self, table_id: str, adds: Sequence[AddFile], *, data_change: bool) -> None:
+        self.meta(table_id)
+        if not adds:
+            return
+        self._flush(table_id)
+        staged = self._touch(table_id)
+        now = int(time.time() * 1000)
+        for add in adds:
+            if staged.adds.pop(add.path, None) is not None:
+                continue  # our own file: it simply stops being added
+            if staged.created:
+                raise MereError(f"data file {add.path} is not part of table {table_id}")
+            staged.removes[add.path] = RemoveFile(
+                table_id, add.path, now, data_change, add.size, add.rows
+            )
+
+    # --- database-level changes -------------------------------------------------------
+
+    def set_database_properties(self, properties: dict[str, str]) -> None:
+        """Stage the database's complete new properties (validated)."""
+        check_database_properties(properties)
+        self._database_properties = dict(properties)
+        self._rewrites = True
+
+    @property
+    def database_properties(self) -> Mapping[str, str]:
+        """The database properties as this transaction sees them."""
+        if self._database_properties is not None:
+            return self._database_properties
+        return self.read_state.properties
+
+    def set_app_transaction(self, app: AppTxn) -> None:
+        self._app_txns[app.app_id] = app
+
+    def app_version(self, app_id: str) -> int | None:
+        """The version recorded for ``app_id`` as this transaction sees it."""
+        if app_id in self._app_txns:
+            return self._app_txns[app_id].version
+        txn = self.read_state.app_txns.get(app_id)
+        return None if txn is None else txn.version
+
+    @property
+    def app_transactions(self) -> Mapping[str, AppTxn]:
+        return self._app_txns
+
+    # --- operations (commitInfo) ------------------------------------------------------
+
+    def record_operation(self, operation: str, table_id: str | None, **parameters: Any) -> None:
+        """Name an operation in the commit's ``operationParameters``."""
+        if operation != "APPEND":
+            self._rewrites = True
+        entry: dict[str, Any] = {"operation": operation}
+        if table_id is not None:
+            entry["table"] = self._name_of(table_id)
+        self._operations.append({**entry, **parameters})
+
+    def set_operations(self, operations: list[dict[str, Any]]) -> None:
+        """Replace the operations recorded so far (a verb that names the commit as a whole)."""
+        self._operations = [dict(op) for op in operations]
+
+    @property
+    def operations(self) -> list[dict[str, Any]]:
+        return self._operations
+
+    @property
+    def rewrites(self) -> bool:
+        """Whether anything other than plain appends was staged."""
+        return self._rewrites
+
+    def _name_of(self, table_id: str) -> str:
+        staged = self._tables.get(table_id)
+        if staged is not None and staged.dropped is not None:
+            return staged.dropped.name
+        return self.meta(table_id).name
+
+    # --- savepoints ------------------------------------------------------------------
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Run the body as one unit: if it raises, undo everything it staged.
+
+        The data files written inside it are deleted on rollback. Frames nest;
+        a released frame's changes belong to the enclosing one.
+        """
+        frame = _Frame(
+            app_txns=dict(self._app_txns),
+            database_properties=self._database_properties,
+            operations=len(self._operations),
+            rewrites=self._rewrites,
+        )
+        self._frames.append(frame)
+        try:
+            yield
+        except BaseException as exc:
+            if self._frames[-1] is frame:
+                self._frames.pop()
+                if isinstance(exc, Exception):
+                    self._rollback(frame)
+            raise
+        else:
+            if self._frames[-1] is frame:
+                self._frames.pop()
+                self._release(frame)
+
+    def _touch(self, table_id: str) -> TableStage:
+        """The table's stage, saved in the top frame before its first change there."""
+        frame = self._frames[-1]
+        staged = self._tables.get(table_id)
+        if len(self._frames) > 1 and table_id not in frame.tables:
+            frame.tables[table_id] = None if staged is None else staged.copy()
+        if staged is None:
+            staged = self._tables[table_id] = TableStage()
+        return staged
+
+    def _release(self, frame: _Frame) -> None:
+        parent = self._frames[-1]
+        if len(self._frames) > 1:
+            for table_id, saved in frame.tables.items():
+                parent.tables.setdefault(table_id, saved)
+        parent.written.extend(frame.written)
+        for table_id, writer in frame.writers.items():
+            mine = parent.writers.get(table_id)
+            if mine is None:
+                parent.writers[table_id] = writer
+            else:
+                # Rows still in memory join the enclosing writer (no extra small file).
+                for add in mine.absorb(writer):
+                    self._stage_written(table_id, add, parent, frames_above=len(self._frames))
+
+    def _rollback(self, frame: _Frame) -> None:
+        for table_id, writer in frame.writers.items():
+            frame.written.extend((table_id, a.path) for a in writer.finish())
+        for table_id, saved in frame.tables.items():
+            if saved is None:
+                self._tables.pop(table_id, None)
+            else:
+                self._tables[table_id] = saved
+        self._app_txns = frame.app_txns
+        self._database_properties = frame.database_properties
+        del self._operations[frame.operations :]
+        self._rewrites = frame.rewrites
+        self._delete(frame.written)
+
+    # --- writers -------------------------------------------------------------------
+
+    def _flush(self, table_id: str) -> None:
+        """Write out every buffered row of the table, so its files can be listed."""
+        for level, frame in enumerate(self._frames):
+            writer = frame.writers.pop(table_id, None)
+            if writer is not None:
+                self._finish_writer(table_id, writer, frames_above=level + 1, frame=frame)
+
+    def _finish_writer(
+        self,
+        table_id: str,
+        writer: DataFileWriter,
+        *,
+        frames_above: int,
+        frame: _Frame | None = None,
+    ) -> None:
+        """Stage a writer's files as adds of the frame it belongs to.
+
+        Frames above that frame saved the table before these rows existed in
+        files; their saved copies get the files too, since the rows were
+        written before them.
+        """
+        owner = frame if frame is not None else self._frames[frames_above - 1]
+        for add in writer.finish():
+            self._stage_written(table_id, add, owner, frames_above=frames_above)
+
+    def _stage_written(
+        self, table_id: str, add: AddFile, owner: _Frame, *, frames_above: int
+    ) -> None:
+        owner.written.append((table_id, add.path))
+        staged = self._tables.get(table_id)
+        if staged is None:  # dropped since: nothing references the file
+            return
+        staged.adds[add.path] = add
+        for above in self._frames[frames_above:]:
+            saved = above.tables.get(table_id)
+            if saved is not None:
+                saved.adds[add.path] = add
+
+    # --- the end of the transaction ----------------------------------------------------
+
+    def actions(self) -> list[Action]:
+        """The commit's actions: drops, metadata (renames before creations), adds, removes.
+
+        Raises:
+            MereError: a savepoint is still open.
+        """
+        if len(self._frames) != 1:
+            raise MereError("a savepoint is still open")
+        for table_id in list(self._frames[0].writers):
+            self._flush(table_id)
+        drops: list[Action] = []
+        altered: list[Action] = []
+        created: list[Action] = []
+        files: list[Action] = []
+        for staged in self._tables.values():
+            if staged.dropped is not None:
+                drops.append(staged.dropped)
+                continue
+            if staged.meta is not None:
+                (created if staged.created else altered).append(staged.meta)
+            files += staged.adds.values()
+            files += staged.removes.values()
+        actions = drops + altered + created + files
+        actions += self._app_txns.values()
+        database = self.read_state.database
+        if self._database_properties is not None and database is not None:
+            actions.append(replace(database, properties=self._database_properties))
+        return actions
+
+    def footprint(self) -> TxFootprint:
+        """What this transaction read and wrote, for conflict checks against winners."""
+        fp = replace(self.reads)
+        fp.created_names = set()
+        fp.written, fp.altered, fp.removed = set(), set(), {}
+        for table_id, staged in self._tables.items():
+            if staged.created:
+                assert staged.meta is not None
+                fp.created_names.add(name_key(staged.meta.name))
+                continue
+            if staged.dropped is not None or staged.meta is not None:
+                fp.altered.add(table_id)
+            if staged.adds or staged.removes:
+                fp.written.add(table_id)
+            if staged.removes:
+                fp.removed[table_id] = set(staged.removes)
+            if staged.meta is not None and staged.meta.name != self.meta_before(table_id).name:
+                fp.created_names.add(name_key(staged.meta.name))
+        fp.app_ids = set(self._app_txns)
+        fp.database_changed = self._database_properties is not None
+        return fp
+
+    def meta_before(self, table_id: str) -> TableMeta:
+        """The table's metadata in the snapshot."""
+        return self.read_state.tables[table_id].meta
+
+    def has_changes(self) -> bool:
+        return bool(self._tables or self._app_txns or self._database_properties is not None)
+
+    def written_files(self) -> list[tuple[str, str]]:
+        """Every data file this transaction wrote and still owns: (table id, path)."""
+        written = [w for frame in self._frames for w in frame.written]
+        for frame in self._frames:
+            for table_id, writer in frame.writers.items():
+                written += [(table_id, a.path) for a in writer.finish()]
+            frame.writers.clear()
+        return written
+
+    def delete_unreferenced(self, committed: Sequence[Action]) -> None:
+        """After a commit: delete the files this transaction wrote that it does not add."""
+        live = {(a.table_id, a.path) for a in committed if isinstance(a, AddFile)}
+        self._delete([w for w in self.written_files() if w not in live])
+
+    def delete_written(self) -> None:
+        """After an abort or a definite failure: delete every file this transaction wrote."""
+        self._delete(self.written_files())
+
+    def _delete(self, files: Sequence[tuple[str, str]]) -> None:
+        for table_id, path in files:
+            try:
+                self.store.delete(f"tables/{table_id}/{path}")
+            except MereError as exc:  # best effort: vacuum reclaims orphans
+                log.warning("could not delete orphan %s: %s", path, exc)
+
+
+__all__ = ["Stage", "TableStage"]
