@@ -16,6 +16,7 @@ import pyarrow as pa
 from mere.data.writer import DEFAULT_TARGET_FILE_SIZE
 from mere.errors import (
     DatabaseNotFound,
+    InvalidArgument,
     ObjectNotFound,
     TableNotFound,
     VersionNotFound,
@@ -88,7 +89,7 @@ def connect(
     """
     if isinstance(uri, ObjectStore):
         if storage_options:
-            raise ValueError("storage_options configure a URI; this store is already open")
+            raise InvalidArgument("storage_options configure a URI; this store is already open")
         store = uri
     else:
         try:
@@ -120,7 +121,7 @@ class Database:
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     ) -> None:
         if checkpoint_interval is not None and checkpoint_interval < 1:
-            raise ValueError("checkpoint_interval must be at least 1")
+            raise InvalidArgument("checkpoint_interval must be at least 1")
         self.store = store
         self.log = Log(store)
         self.max_commit_attempts = max_commit_attempts
@@ -252,7 +253,7 @@ class Database:
             VersionNotFound: the version does not exist (yet, or any more).
         """
         if version is not None and timestamp is not None:
-            raise ValueError("pass version or timestamp, not both")
+            raise InvalidArgument("pass version or timestamp, not both")
         if version is None and timestamp is None:
             return Snapshot(self.store, self.latest_state())
         latest = self.log.latest_version()
@@ -265,7 +266,7 @@ class Database:
                 ms = int(timestamp)
             version = self.log.version_at_timestamp(ms, 0, latest)
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-            raise ValueError(f"a version is a non-negative int, not {version!r}")
+            raise InvalidArgument(f"a version is a non-negative int, not {version!r}")
         if version > latest:
             raise VersionNotFound(f"version {version} does not exist; the latest is {latest}")
         return Snapshot(self.store, self.state_at(version))

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 
+from mere.errors import InvalidArgument
+
 #: How often writers checkpoint, in commits (decimal text).
 CHECKPOINT_INTERVAL_PROPERTY = "checkpointInterval"
 DEFAULT_CHECKPOINT_INTERVAL = 100
@@ -43,13 +45,13 @@ def parse_duration(text: str) -> timedelta:
     """
     source = text.strip()
     if not source:
-        raise ValueError("an empty duration")
+        raise InvalidArgument("an empty duration")
     seconds = 0.0
     pos = 0
     while pos < len(source):
         match = _DURATION_PART.match(source, pos)
         if match is None or match.end() == pos:
-            raise ValueError(
+            raise InvalidArgument(
                 f"{text!r} is not a duration (examples: 3600, 90s, 15m, 1h30m, 7d, 2w)"
             )
         unit = (match.group(2) or "s").lower()
@@ -76,7 +78,7 @@ def minimum_retention(
     try:
         return parse_duration(text)
     except ValueError as exc:
-        raise ValueError(f"database property {MIN_RETENTION_PROPERTY}: {exc}") from None
+        raise InvalidArgument(f"database property {MIN_RETENTION_PROPERTY}: {exc}") from None
 
 
 def checkpoint_interval(properties: Mapping[str, str]) -> int:
@@ -98,7 +100,7 @@ def check_database_properties(properties: Mapping[str, str]) -> None:
     interval = properties.get(CHECKPOINT_INTERVAL_PROPERTY)
     whole = interval is None or (interval.isascii() and interval.isdigit())
     if interval is not None and not (whole and int(interval) >= 1):
-        raise ValueError(
+        raise InvalidArgument(
             f"database property {CHECKPOINT_INTERVAL_PROPERTY} must be a whole number >= 1, "
             f"not {interval!r}"
         )

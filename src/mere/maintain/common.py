@@ -23,7 +23,13 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from mere.errors import DataFileMissing, MereError, RetentionTooShort, VersionNotFound  # noqa: F401 (re-exported)
+from mere.errors import (  # noqa: F401 (re-exported)
+    DataFileMissing,
+    InvalidArgument,
+    MereError,
+    RetentionTooShort,
+    VersionNotFound,
+)
 from mere.log.log import Log
 from mere.properties import (  # re-exported: maintenance is where users meet them
     MIN_RETENTION_PROPERTY,
@@ -51,7 +57,7 @@ def check_retention(
     if not isinstance(retention, timedelta):
         raise TypeError(f"retention must be a datetime.timedelta, not {type(retention).__name__}")
     if retention < timedelta(0):
-        raise ValueError("retention cannot be negative")
+        raise InvalidArgument("retention cannot be negative")
     minimum = minimum_retention(db.latest_state().properties, min_retention)
     if retention < minimum and not force:
         raise RetentionTooShort(

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from mere import expr as sqlexpr
 from mere.data.reader import read_files
 from mere.data.writer import DataFileWriter
-from mere.errors import InvalidExpression, MereError, SchemaMismatch, TableNotFound
+from mere.errors import InvalidArgument, InvalidExpression, MereError, SchemaMismatch, TableNotFound
 from mere.log.actions import AddFile, TableMeta
 from mere.maintain.progress import progress
 
@@ -95,7 +95,7 @@ def compact(
             altered or dropped the table (nothing was committed).
     """
     if sort_by is not None and zorder_by is not None:
-        raise ValueError("pass sort_by or zorder_by, not both")
+        raise InvalidArgument("pass sort_by or zorder_by, not both")
     order = _check_columns(sort_by, "sort_by") or _check_columns(zorder_by, "zorder_by")
     tx = db.begin("snapshot")
     stage = tx.stage
@@ -171,7 +171,7 @@ def _check_columns(columns: Sequence[str] | None, what: str) -> list[str]:
         raise TypeError(f"{what} must be a list of column names, not a string")
     names = list(columns)
     if not names:
-        raise ValueError(f"{what} needs at least one column")
+        raise InvalidArgument(f"{what} needs at least one column")
     return names
 
 
@@ -189,7 +189,7 @@ def _check_order_columns(meta: TableMeta, columns: list[str]) -> None:
 def _target_size(db: DatabaseContext, meta: TableMeta, explicit: int | None) -> int:
     if explicit is not None:
         if not isinstance(explicit, int) or isinstance(explicit, bool) or explicit < 1:
-            raise ValueError(f"target_file_size must be a positive int, not {explicit!r}")
+            raise InvalidArgument(f"target_file_size must be a positive int, not {explicit!r}")
         return explicit
     text = meta.properties.get(TARGET_FILE_SIZE_PROPERTY)
     if text is not None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from mere.errors import (
     AlreadyExists,
     ExportTargetExists,
+    InvalidArgument,
     ObjectNotFound,
     TableNotFound,
 )
@@ -104,14 +105,14 @@ def export(
             f"property {EXTERNAL_FILES_PROPERTY}=true; use mode='full', which copies the files"
         )
     if mode != "full":
-        raise ValueError(f"mode must be 'full' or 'minimal', not {mode!r}")
+        raise InvalidArgument(f"mode must be 'full' or 'minimal', not {mode!r}")
     if isinstance(tables, str):
         raise TypeError("tables must be a list of table names, not a string")
     state = db.state_at(db.snapshot(version=version).version)
     chosen = _choose_tables(state, tables)
     store = target if isinstance(target, ObjectStore) else open_store(target)
     if store.uri == db.store.uri:
-        raise ValueError("cannot export a database onto itself")
+        raise InvalidArgument("cannot export a database onto itself")
     log = Log(store)
     if log.latest_version() is not None:
         raise ExportTargetExists(

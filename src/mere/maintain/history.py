@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mere.errors import VersionNotFound
+from mere.errors import InvalidArgument, VersionNotFound
 from mere.log.actions import Commit
 from mere.snapshot.snapshot import ms_to_datetime
 
@@ -31,7 +31,7 @@ def history(db: DatabaseContext, limit: int | None = None) -> list[dict[str, Any
         ValueError: ``limit`` is not a positive int.
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise ValueError(f"limit must be a positive int, not {limit!r}")
+        raise InvalidArgument(f"limit must be a positive int, not {limit!r}")
     latest = db.latest_state().version
     first = 0 if limit is None else max(0, latest - limit + 1)
     try:

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from mere.errors import ConflictError, ObjectNotFound, TableNotFound
+from mere.errors import ConflictError, InvalidArgument, ObjectNotFound, TableNotFound
 from mere.log.actions import AddFile, TableMeta
 from mere.maintain.common import DataFileMissing
 from mere.maintain.progress import progress
@@ -94,7 +94,7 @@ def restore(
         ConflictError: concurrent commits kept changing the restored tables.
     """
     if (version is None) == (timestamp is None):
-        raise ValueError("pass the version or the timestamp to restore")
+        raise InvalidArgument("pass the version or the timestamp to restore")
     if isinstance(tables, str):
         raise TypeError("tables must be a list of table names, not a string")
     old = db.snapshot(version=version, timestamp=timestamp).state

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from mere.database import connect
-from mere.errors import InvalidExpression
+from mere.errors import InvalidArgument, InvalidExpression
 from mere.log.actions import AddFile, TableMeta
 from mere.schema import physical_name, physical_names_clashing
 from mere.snapshot.scan import plan_scan
@@ -56,7 +56,7 @@ def table_location(store: ObjectStore, table: TableMeta) -> str:
     scheme, sep, rest = store.uri.partition("://")
     if sep and scheme in _HADOOP_SCHEMES:
         return f"{_HADOOP_SCHEMES[scheme]}://{rest.rstrip('/')}/tables/{table.id}"
-    raise ValueError(
+    raise InvalidArgument(
         f"Spark cannot read {store.uri} directly; read it through the data source instead "
         "(mere.spark.read(..., method='datasource'))"
     )
@@ -177,7 +177,7 @@ def native_read(
     meta = _core.table_meta(snapshot.table(table))
     refusal = native_read_refusal(meta.schema)
     if refusal is not None:
-        raise ValueError(f"the native read cannot read {table!r}: {refusal}")
+        raise InvalidArgument(f"the native read cannot read {table!r}: {refusal}")
     files = snapshot.table(table).files
     if filter is not None:
         files = plan_scan(meta, [], filter).select(files)

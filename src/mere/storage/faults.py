@@ -50,7 +50,7 @@ from typing import Literal, TypeVar
 
 import pyarrow as pa
 
-from mere.errors import AlreadyExists, StorageError
+from mere.errors import AlreadyExists, InvalidArgument, StorageError
 from mere.storage.base import ObjectMeta, ObjectStore
 
 __all__ = ["OPS", "Fault", "FaultKind", "FaultyStore", "InjectedFault", "SimulatedCrash"]
@@ -116,23 +116,27 @@ class Fault:
 
     def __post_init__(self) -> None:
         if self.op != "*" and self.op not in OPS:
-            raise ValueError(f"unknown fault op {self.op!r}; expected one of {sorted(OPS)} or '*'")
+            raise InvalidArgument(
+                f"unknown fault op {self.op!r}; expected one of {sorted(OPS)} or '*'"
+            )
         if self.kind not in _KINDS:
-            raise ValueError(f"unknown fault kind {self.kind!r}; expected one of {sorted(_KINDS)}")
+            raise InvalidArgument(
+                f"unknown fault kind {self.kind!r}; expected one of {sorted(_KINDS)}"
+            )
         if self.kind == "exists_after" and self.op not in ("put_if_absent", "*"):
-            raise ValueError("an exists_after fault only applies to put_if_absent")
+            raise InvalidArgument("an exists_after fault only applies to put_if_absent")
         if self.times is not None and self.times < 0:
-            raise ValueError(f"fault times must be >= 0 or None, not {self.times}")
+            raise InvalidArgument(f"fault times must be >= 0 or None, not {self.times}")
         if self.after < 0:
-            raise ValueError(f"fault after must be >= 0, not {self.after}")
+            raise InvalidArgument(f"fault after must be >= 0, not {self.after}")
         if not 0.0 <= self.probability <= 1.0:
-            raise ValueError(f"fault probability must be in [0, 1], not {self.probability}")
+            raise InvalidArgument(f"fault probability must be in [0, 1], not {self.probability}")
         if self.delay < 0:
-            raise ValueError(f"fault delay must be >= 0, not {self.delay}")
+            raise InvalidArgument(f"fault delay must be >= 0, not {self.delay}")
         try:
             self._pattern = re.compile(self.match)
         except re.error as exc:
-            raise ValueError(f"bad fault match regex {self.match!r}: {exc}") from exc
+            raise InvalidArgument(f"bad fault match regex {self.match!r}: {exc}") from exc
 
     def applies(self, op: str, target: str) -> bool:
         """True if a call of ``op`` on ``target`` (key or list prefix) is one this rule watches."""

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from mere.errors import CorruptLog, InvalidCommit, RetriesExhausted
+from mere.errors import CorruptLog, InvalidArgument, InvalidCommit, RetriesExhausted
 from mere.log.actions import Action, CommitInfo, decode_commit, encode_commit
 from mere.log.keys import commit_key
 from mere.log.log import Log, PutOutcome
@@ -91,7 +91,7 @@ class Committer:
 
     def __init__(self, log: Log, after_commit: AfterCommit, *, max_attempts: int) -> None:
         if max_attempts < 1:
-            raise ValueError("max_commit_attempts must be at least 1")
+            raise InvalidArgument("max_commit_attempts must be at least 1")
         self.log = log
         self.after_commit = after_commit
         self.max_attempts = max_attempts
