@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pyarrow as pa
@@ -33,6 +33,7 @@ from mere.snapshot.loader import load_state
 from mere.snapshot.snapshot import Snapshot, TableSnapshot, describe_table
 from mere.snapshot.state import DatabaseState
 from mere.storage import ObjectStore, open_store
+from mere.timestamps import Moment, epoch_ms
 from mere.txn.committer import Committer, first_commit_info
 from mere.txn.context import run_statement
 from mere.txn.transaction import (
@@ -241,13 +242,12 @@ class Database:
         """The latest committed version."""
         return self.latest_state().version
 
-    def snapshot(
-        self, version: int | None = None, timestamp: datetime | int | None = None
-    ) -> Snapshot:
+    def snapshot(self, version: int | None = None, timestamp: Moment | None = None) -> Snapshot:
         """Every table at one version: the latest, a given version, or as of a time.
 
-        ``timestamp`` (a datetime, or ms since the epoch) selects the newest
-        version committed at or before it.
+        ``timestamp`` selects the newest version committed at or before it: a
+        datetime (naive means UTC), a date (its midnight UTC), an ISO 8601
+        string, or ms since the epoch (see :mod:`mere.timestamps`).
 
         Raises:
             VersionNotFound: the version does not exist (yet, or any more).
@@ -260,11 +260,7 @@ class Database:
         if latest is None:
             raise DatabaseNotFound(f"the database at {self.uri} has no log any more")
         if timestamp is not None:
-            if isinstance(timestamp, datetime):
-                ms = int(timestamp.timestamp() * 1000)
-            else:
-                ms = int(timestamp)
-            version = self.log.version_at_timestamp(ms, 0, latest)
+            version = self.log.version_at_timestamp(epoch_ms(timestamp), 0, latest)
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
             raise InvalidArgument(f"a version is a non-negative int, not {version!r}")
         if version > latest:
@@ -373,7 +369,7 @@ class Database:
         self,
         version: int | None = None,
         *,
-        timestamp: datetime | int | None = None,
+        timestamp: Moment | None = None,
         tables: Sequence[str] | None = None,
     ) -> RestoreResult:
         """Commit the state of ``tables`` (default: all) as of an older version.

@@ -109,8 +109,14 @@ class TableNotFound(MereError):
 class TableExists(MereError):
     """A table of that name already exists."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"table {name!r} already exists")
+    def __init__(self, name: str, existing: str | None = None) -> None:
+        if existing is not None and existing != name:
+            super().__init__(
+                f"cannot create table {name!r}: table {existing!r} exists, and table names "
+                "ignore case"
+            )
+        else:
+            super().__init__(f"table {name!r} already exists")
         self.name = name
 
 

@@ -236,12 +236,7 @@ def to_arrow_table(data: Any, schema: pa.Schema, *, infer: bool = False) -> pa.T
     if isinstance(data, pa.RecordBatchReader):
         return data.read_all()
     if isinstance(data, list):
-        if infer:
-            try:
-                return pa.Table.from_pylist(data)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, AttributeError) as exc:
-                raise SchemaMismatch(f"rows cannot be read as a table: {exc}") from None
-        return _table_from_rows(data, schema)
+        return _table_from_rows(data, schema, infer=infer)
     if type(data).__module__.startswith("pandas") and type(data).__name__ == "DataFrame":
         return pa.Table.from_pandas(data, preserve_index=False)
     raise SchemaMismatch(
@@ -250,21 +245,67 @@ def to_arrow_table(data: Any, schema: pa.Schema, *, infer: bool = False) -> pa.T
     )
 
 
-def _table_from_rows(rows: list[Any], schema: pa.Schema) -> pa.Table:
-    names = set(schema.names)
+_VALUE_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError)
+
+
+def _table_from_rows(rows: list[Any], schema: pa.Schema, *, infer: bool) -> pa.Table:
+    """A list of dicts as a table: one column per key, matched to the schema ignoring case.
+
+    A key missing from a row is NULL there, in both schema modes; a column of
+    the schema that no row names is all NULL. Keys the schema lacks are
+    refused unless ``infer`` (a schema merge), which infers their types.
+    Errors name the column and the first row that does not fit.
+    """
+    fields = {name_key(f.name): f for f in schema}
+    spelled: dict[str, str] = {}  # name key -> the first spelling met in the rows
+    normalized: list[dict[str, Any]] = []
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
             raise SchemaMismatch(f"row {i} is a {type(row).__name__}, not a dict")
-        extra = set(row) - names
-        if extra:
-            raise SchemaMismatch(
-                f"row {i} has columns not in the schema: {sorted(extra)}",
-                help="append(..., schema_mode='merge') adds new columns to the table",
-            )
+        keyed: dict[str, Any] = {}
+        for name, value in row.items():
+            if not isinstance(name, str):
+                raise SchemaMismatch(f"row {i} has a column name that is not text: {name!r}")
+            key = name_key(name)
+            if key in keyed:
+                raise SchemaMismatch(f"row {i} names column {name!r} twice (names ignore case)")
+            keyed[key] = value
+            spelled.setdefault(key, name)
+        normalized.append(keyed)
+    extra = [name for key, name in spelled.items() if key not in fields]
+    if extra and not infer:
+        raise SchemaMismatch(
+            f"rows have columns not in the schema: {extra}",
+            help="append(..., schema_mode='merge') adds new columns to the table",
+        )
+    names: list[str] = []
+    arrays: list[pa.Array] = []
+    for key, name in spelled.items():
+        field = fields.get(key)
+        values = [row.get(key) for row in normalized]
+        column = field.name if field is not None else name
+        arrays.append(_column_from_values(column, values, None if field is None else field.type))
+        names.append(column)
+    for key, field in fields.items():
+        if key not in spelled:
+            arrays.append(pa.nulls(len(rows), field.type))
+            names.append(field.name)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _column_from_values(column: str, values: list[Any], type: pa.DataType | None) -> pa.Array:
     try:
-        return pa.Table.from_pylist(rows, schema=schema.remove_metadata())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
-        raise SchemaMismatch(f"rows do not match the schema: {exc}") from None
+        return pa.array(values, type=type)
+    except _VALUE_ERRORS as exc:
+        for i, value in enumerate(values):  # find the first row that does not fit
+            try:
+                pa.array([value], type=type)
+            except _VALUE_ERRORS:
+                kind = f" ({type})" if type is not None else ""
+                raise SchemaMismatch(
+                    f"column {column!r}{kind}: row {i} holds {value!r}, which does not fit: {exc}"
+                ) from None
+        raise SchemaMismatch(f"column {column!r}: the values cannot be read: {exc}") from None
 
 
 def conform(data: pa.Table, schema: pa.Schema, *, what: str = "data") -> pa.Table:

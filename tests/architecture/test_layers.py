@@ -32,7 +32,16 @@ LAYERS = [
     "verify",
     "cli",
 ]
-HELPERS = {"errors", "names", "schema", "constraints", "properties", "__init__", "__main__"}
+HELPERS = {
+    "errors",
+    "names",
+    "schema",
+    "constraints",
+    "properties",
+    "timestamps",
+    "__init__",
+    "__main__",
+}
 #: (importing layer, imported layer) pairs allowed as lazy, function-level imports only.
 LAZY_EXCEPTIONS = {("txn", "ops")}
 
@@ -127,7 +136,7 @@ def test_no_import_cycles_at_module_level() -> None:
             if nxt.startswith(node + "."):
                 continue
             if state.get(nxt) == 1:
-                cycles.append([*stack[stack.index(nxt):], nxt] if nxt in stack else [node, nxt])
+                cycles.append([*stack[stack.index(nxt) :], nxt] if nxt in stack else [node, nxt])
             elif nxt not in state:
                 walk(nxt, [*stack, nxt])
         state[node] = 2

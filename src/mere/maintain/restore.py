@@ -36,7 +36,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from mere.errors import ConflictError, InvalidArgument, ObjectNotFound, TableNotFound
@@ -45,6 +44,7 @@ from mere.maintain.common import DataFileMissing
 from mere.maintain.progress import progress
 from mere.names import check_table_name
 from mere.snapshot.state import DatabaseState, TableState
+from mere.timestamps import Moment
 from mere.txn.transaction import Transaction
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def restore(
     db: DatabaseContext,
     version: int | None = None,
     *,
-    timestamp: datetime | int | None = None,
+    timestamp: Moment | None = None,
     tables: Sequence[str] | None = None,
 ) -> RestoreResult:
     """Commit the state of ``tables`` (default: all) as of ``version`` or ``timestamp``.

@@ -12,6 +12,7 @@ import pyarrow.types as pat
 
 from mere import expr as sqlexpr
 from mere.errors import InvalidExpression, SchemaMismatch
+from mere.names import name_key
 from mere.ops.rewrite import rewrite_matching
 from mere.schema import conform
 
@@ -64,13 +65,17 @@ class UpdateRows:
         if not isinstance(self.set, Mapping) or not self.set:
             raise InvalidExpression("update needs at least one column to set")
         bound: dict[str, sqlexpr.Expr | pa.Scalar] = {}
-        for column, value in self.set.items():
-            if column not in self.schema.names:
+        by_key = {name_key(n): n for n in self.schema.names}
+        for given, value in self.set.items():
+            column = by_key.get(name_key(given)) if isinstance(given, str) else None
+            if column is None:
                 raise SchemaMismatch(
-                    f"update sets unknown column {column!r}; the table has {self.schema.names}"
+                    f"update sets unknown column {given!r}; the table has {self.schema.names}"
                 )
+            if column in bound:
+                raise SchemaMismatch(f"update sets column {column!r} twice (names ignore case)")
             if isinstance(value, str):
-                bound[column] = sqlexpr.bind(sqlexpr.parse(value), self.schema)
+                bound[column] = _bind_assignment(column, value, self.schema)
             else:
                 bound[column] = literal_value(column, self.schema.field(column).type, value)
         return bound
@@ -88,6 +93,19 @@ class UpdateRows:
             updated = updated.set_column(index, field, new)
         kept = rows.filter(pc.invert(mask))
         return conform(pa.concat_tables([kept, updated]), self.schema, what="updated rows")
+
+
+def _bind_assignment(column: str, text: str, schema: pa.Schema) -> sqlexpr.Expr:
+    """A SQL expression for ``column``; a bare word that names no column gets a quoting hint."""
+    try:
+        return sqlexpr.bind(sqlexpr.parse(text), schema)
+    except (InvalidExpression, SchemaMismatch) as exc:
+        quoted = "'" + text.replace("'", "''") + "'"
+        raise type(exc)(
+            f"cannot set column {column!r} to {text!r}: {exc}",
+            help=f"a string value is SQL; write a text constant in quotes: {{{column!r}: "
+            f"{quoted!r}}}",
+        ) from None
 
 
 def assign_values(

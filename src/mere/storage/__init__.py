@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from mere.errors import StorageError
+from mere.errors import InvalidArgument, StorageError
 from mere.storage.base import ObjectMeta, ObjectStore, check_key, check_prefix
 from mere.storage.cloud import (
     AzureStore,
@@ -70,7 +70,7 @@ def open_store(
     """Open the object store a URI names.
 
     Args:
-        uri: a local path, ``file://``, ``memory://name``, or a cloud URI
+        uri: a local path (not empty), ``file://``, ``memory://name``, or a cloud URI
             (``s3://``, ``s3a://``, ``az://``, ``azure://``, ``abfs://``,
             ``abfss://``, ``gs://``, ``gcs://``).
         storage_options: cloud configuration overriding the environment
@@ -81,10 +81,17 @@ def open_store(
     Raises:
         MissingDependency: a cloud URI, but obstore is not installed (an
             ImportError; the message names the extra to install).
+        InvalidArgument: an empty URI.
         StorageError: an unknown scheme, a malformed cloud URI, an invalid
             cloud configuration, or storage_options for a non-cloud store.
     """
     text = os.fspath(uri)
+    if not text.strip():
+        # An empty path would mean the working directory: never a database by accident.
+        raise InvalidArgument(
+            f"a database URI must not be empty (got {text!r})",
+            help="pass a path, a file:// URI, memory://name or a cloud URI",
+        )
     parsed = urlparse(text)
     scheme = parsed.scheme.lower()
     if scheme in _CLOUD_SCHEMES:

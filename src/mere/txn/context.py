@@ -15,9 +15,8 @@ from mere.snapshot.state import DatabaseState
 from mere.storage import ObjectStore
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from mere.snapshot.snapshot import Snapshot
+    from mere.timestamps import Moment
     from mere.txn.stage import Stage
     from mere.txn.transaction import Isolation, Transaction
 
@@ -47,9 +46,7 @@ class DatabaseContext(Protocol):
         """The state at ``version`` (from the nearest checkpoint and cache)."""
         ...
 
-    def snapshot(
-        self, version: int | None = None, timestamp: datetime | int | None = None
-    ) -> Snapshot:
+    def snapshot(self, version: int | None = None, timestamp: Moment | None = None) -> Snapshot:
         """Every table at one version: the latest, a given version, or as of a time."""
         ...
 

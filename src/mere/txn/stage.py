@@ -218,8 +218,9 @@ class Stage:
             TableExists: the name is taken in this transaction's view.
             InvalidName: the id is in use in the snapshot or already staged.
         """
-        if self.lookup(meta.name) is not None:
-            raise TableExists(meta.name)
+        existing = self.lookup(meta.name)
+        if existing is not None:
+            raise TableExists(meta.name, existing.name)
         if meta.id in self._tables or meta.id in self.read_state.tables:
             raise InvalidName(f"table id {meta.id} is already in use")
         self._touch(meta.id)
