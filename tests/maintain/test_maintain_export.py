@@ -251,3 +251,13 @@ def test_delta_export_of_timestamps_without_zone_and_unsupported_types(tmp_path:
     db.create_table("odd", pa.schema([("d", pa.duration("s"))]))
     with pytest.raises(DeltaExportError, match="no Delta Lake type"):
         db.table("odd").export_delta(tmp_path / "odd")
+
+
+def test_delta_export_refuses_an_empty_string_partition_value(tmp_path: Path) -> None:
+    """Delta reads an empty partition value as NULL: exporting '' would change the data."""
+    db = mere.connect(tmp_path / "db")
+    db.create_table("p", pa.schema([("k", pa.int64()), ("s", pa.string())]), partition_by=["s"])
+    db.table("p").append([{"k": 1, "s": ""}, {"k": 2, "s": "x"}])
+    with pytest.raises(DeltaExportError, match="empty-string partition value"):
+        db.table("p").export_delta(tmp_path / "delta")
+    assert not (tmp_path / "delta").exists() or not any((tmp_path / "delta").rglob("*"))

@@ -168,6 +168,15 @@ def _partition_value(text: str | None, t: pa.DataType, delta_arrow: pa.DataType)
     if text is None:
         return None
     if pat.is_string(t) or pat.is_large_string(t):
+        if text == "":
+            # Delta's protocol reads an empty partition value as NULL: exporting it
+            # would turn mere's '' into NULL for every Delta reader.
+            raise DeltaExportError(
+                "an empty-string partition value cannot be exported: Delta Lake reads an "
+                "empty partition value as NULL",
+                help="update the rows to another value first, or export a table not "
+                "partitioned by that column",
+            )
         return text
     value = pc.cast(from_text(text, t), delta_arrow)
     if pat.is_timestamp(delta_arrow):
@@ -281,6 +290,9 @@ def export_delta(
     }
 
     files = list(state.files.values())
+    for add in files:  # refuse before writing anything
+        for column in meta.partition_columns:
+            _partition_value(add.partition_values.get(column), *partition_types[column])
     with progress(f"exporting {meta.name} to Delta Lake", len(files)) as advance:
         results: list[tuple[AddFile, int, bool]] = []
         if files:
