@@ -7,16 +7,58 @@ passes, as in SQL. NOT NULL comes from the schema (see :func:`mere.schema.confor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as sqlexpr
 from mere.errors import ConstraintViolation, InvalidExpression, InvalidName
-from mere.names import check_table_name
+from mere.names import check_table_name, name_key
 
 CHECK_PREFIX = "mere.check."
+#: The table property holding the primary key: a JSON list of column names.
+PRIMARY_KEY_PROPERTY = "mere.primaryKey"
+
+
+def primary_key(properties: Mapping[str, str]) -> list[str]:
+    """The table's primary key columns ([] when it has none)."""
+    text = properties.get(PRIMARY_KEY_PROPERTY)
+    if not text:
+        return []
+    columns = json.loads(text)
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        raise InvalidName(f"table property {PRIMARY_KEY_PROPERTY} must be a JSON list of names")
+    return columns
+
+
+def key_property(columns: Sequence[str]) -> str:
+    """The property value recording ``columns`` as the primary key."""
+    return json.dumps(list(columns))
+
+
+def resolve_primary_key(schema: pa.Schema, columns: Sequence[str]) -> tuple[list[str], pa.Schema]:
+    """Check key columns against a schema; return their spelling and the schema, keys NOT NULL.
+
+    Raises:
+        InvalidName: no columns, an unknown or repeated column, or a nested type.
+    """
+    if isinstance(columns, str) or not columns:
+        raise InvalidName("a primary key is a non-empty list of column names")
+    by_key = {name_key(n): n for n in schema.names}
+    resolved: list[str] = []
+    for given in columns:
+        name = by_key.get(name_key(given)) if isinstance(given, str) else None
+        if name is None:
+            raise InvalidName(f"primary key column {given!r} is not in the table {schema.names}")
+        if name in resolved:
+            raise InvalidName(f"primary key column {name!r} is named twice")
+        if pa.types.is_nested(schema.field(name).type):
+            raise InvalidName(f"primary key column {name!r} has a nested type")
+        resolved.append(name)
+    fields = [f.with_nullable(False) if f.name in resolved else f for f in schema]
+    return resolved, pa.schema(fields, metadata=schema.metadata)
 
 
 def checks(properties: Mapping[str, str]) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
 import time
 import uuid
@@ -15,13 +16,14 @@ import pyarrow as pa
 
 from mere.data.writer import DEFAULT_TARGET_FILE_SIZE
 from mere.errors import (
+    ConflictError,
     DatabaseNotFound,
     InvalidArgument,
     ObjectNotFound,
     TableNotFound,
     VersionNotFound,
 )
-from mere.log.actions import FORMAT_VERSION, Action, DatabaseMeta, Protocol
+from mere.log.actions import BASE_FORMAT_VERSION, Action, DatabaseMeta, Protocol
 from mere.log.log import Log
 from mere.names import check_table_name
 from mere.properties import (
@@ -41,6 +43,7 @@ from mere.txn.transaction import (
     DEFAULT_MAX_COMMIT_ATTEMPTS,
     STALE_SNAPSHOT_SECONDS,
     Isolation,
+    OnDuplicate,
     SchemaMode,
     Transaction,
     TxTable,
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
         CompactResult,
         DeltaExportResult,
         ExpireResult,
+        ExportInfo,
         ExportResult,
         RestoreResult,
         VacuumResult,
@@ -148,7 +152,7 @@ class Database:
     def _create(self, checkpoint_interval: int) -> None:
         now = int(time.time() * 1000)
         actions: list[Action] = [
-            Protocol(FORMAT_VERSION),
+            Protocol(BASE_FORMAT_VERSION),  # a first export or tag moves it to 2
             DatabaseMeta(
                 uuid.uuid4().hex, {CHECKPOINT_INTERVAL_PROPERTY: str(checkpoint_interval)}, now
             ),
@@ -242,20 +246,28 @@ class Database:
         """The latest committed version."""
         return self.latest_state().version
 
-    def snapshot(self, version: int | None = None, timestamp: Moment | None = None) -> Snapshot:
+    def snapshot(
+        self, version: int | str | None = None, timestamp: Moment | None = None
+    ) -> Snapshot:
         """Every table at one version: the latest, a given version, or as of a time.
 
-        ``timestamp`` selects the newest version committed at or before it: a
-        datetime (naive means UTC), a date (its midnight UTC), an ISO 8601
-        string, or ms since the epoch (see :mod:`mere.timestamps`).
+        ``version`` may also be the name of a live export or tag (``"q3-close"``):
+        the version it is at. ``timestamp`` selects the newest version committed
+        at or before it: a datetime (naive means UTC), a date (its midnight
+        UTC), an ISO 8601 string, or ms since the epoch (see :mod:`mere.timestamps`).
 
         Raises:
-            VersionNotFound: the version does not exist (yet, or any more).
+            VersionNotFound: the version does not exist (yet, or any more);
+                ``mere.maintain.ExportNotFound`` for a name no export or tag has.
         """
         if version is not None and timestamp is not None:
             raise InvalidArgument("pass version or timestamp, not both")
         if version is None and timestamp is None:
             return Snapshot(self.store, self.latest_state())
+        if isinstance(version, str):
+            from mere.maintain.export import resolve_named_version
+
+            version = resolve_named_version(self, version)
         latest = self.log.latest_version()
         if latest is None:
             raise DatabaseNotFound(f"the database at {self.uri} has no log any more")
@@ -322,8 +334,9 @@ class Database:
         partition_by: Sequence[str] = (),
         properties: dict[str, str] | None = None,
         if_not_exists: bool = False,
+        primary_key: Sequence[str] | None = None,
     ) -> Table:
-        """Create a table in a transaction of its own."""
+        """Create a table in a transaction of its own (see Transaction.create_table)."""
         with self.transaction() as tx:
             tx.create_table(
                 name,
@@ -331,6 +344,7 @@ class Database:
                 partition_by=partition_by,
                 properties=properties,
                 if_not_exists=if_not_exists,
+                primary_key=primary_key,
             )
         return Table(self, name)
 
@@ -415,14 +429,60 @@ class Database:
     def export(
         self,
         target_uri: str | os.PathLike[str] | ObjectStore,
-        version: int | None = None,
+        version: int | str | None = None,
         tables: Sequence[str] | None = None,
-        mode: Literal["full", "minimal"] = "full",
+        mode: Literal["full", "partial", "minimal"] = "full",
+        *,
+        name: str | None = None,
+        since: int | str | None = None,
     ) -> ExportResult:
-        """Create a new database whose version 0 is this one's state (see mere.maintain.export)."""
+        """Create a new database whose version 0 is this one's state (see mere.maintain.export).
+
+        ``mode="minimal"`` references this database's files instead of copying
+        them, ``"partial"`` references those it had at version ``since``; both
+        need a ``name``, under which this database records the export and keeps
+        what it shares until :meth:`drop_export`.
+        """
         from mere.maintain.export import export
 
-        return export(self, target_uri, version=version, tables=tables, mode=mode)
+        return export(
+            self, target_uri, version=version, tables=tables, mode=mode, name=name, since=since
+        )
+
+    def exports(self) -> list[ExportInfo]:
+        """The live named exports and tags, by name (see mere.maintain.export)."""
+        from mere.maintain.export import list_exports
+
+        return list_exports(self)
+
+    def drop_export(self, name: str) -> int:
+        """End a named export (or tag); returns the version that records it.
+
+        Vacuum and expiry may then reclaim what it kept.
+        """
+        from mere.maintain.export import drop_export
+
+        return drop_export(self, name)
+
+    def tag(self, name: str, version: int | str | None = None) -> ExportInfo:
+        """Name a version (default: the latest) and keep it readable until :meth:`drop_tag`.
+
+        A tag is an export with no target (mode ``"tag"``): ``snapshot(version=name)``
+        reads it; expiry and vacuum keep its version and files.
+        """
+        from mere.maintain.export import tag
+
+        return tag(self, name, version)
+
+    def drop_tag(self, name: str) -> int:
+        """Drop a tag (not an export); returns the version that records it."""
+        from mere.maintain.export import drop_export
+
+        return drop_export(self, name, tag_only=True)
+
+
+#: How often ``Table.append`` with ``on_duplicate`` re-runs after losing a key race.
+UPSERT_ATTEMPTS = 20
 
 
 class Table:
@@ -447,14 +507,43 @@ class Table:
     def partition_by(self) -> list[str]:
         return self._snapshot().partition_by
 
-    def append(self, data: Any, *, schema_mode: SchemaMode = "strict") -> int:
-        """Append rows in a transaction of their own; returns the committed version."""
-        tx = self._db.transaction()
-        run_statement(
-            tx, lambda _: tx.table(self.name).append(data, schema_mode=schema_mode), autocommit=True
-        )
-        assert tx.commit_version is not None
-        return tx.commit_version
+    def append(
+        self,
+        data: Any,
+        *,
+        schema_mode: SchemaMode = "strict",
+        on_duplicate: OnDuplicate = "error",
+    ) -> int:
+        """Append rows in a transaction of their own; returns the committed version.
+
+        An upsert (``on_duplicate="skip"`` or ``"update"``, see
+        :meth:`TxTable.append`) that loses a race to a conflicting commit (one
+        that inserted one of its keys, or rewrote a file it rewrites) runs again
+        on the new version, with jittered backoff, at most ``UPSERT_ATTEMPTS``
+        times: concurrent upserts never duplicate a key.
+        """
+        attempts = UPSERT_ATTEMPTS if on_duplicate != "error" else 1
+        for attempt in range(1, attempts + 1):
+            tx = self._db.transaction()
+            try:
+                table = tx.table(self.name)
+                run_statement(
+                    tx,
+                    lambda _, t=table: t.append(  # type: ignore[misc]
+                        data, schema_mode=schema_mode, on_duplicate=on_duplicate
+                    ),
+                    autocommit=True,
+                )
+            except ConflictError:
+                # An upsert re-reads what it decides on, so running it again on the
+                # new version is always right; a plain append's conflict is the user's.
+                if attempt == attempts:
+                    raise
+                time.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
+                continue
+            assert tx.commit_version is not None
+            return tx.commit_version
+        raise AssertionError("unreachable")
 
     def delete(self, where: str) -> int:
         """Delete matching rows in a transaction of their own; returns how many."""

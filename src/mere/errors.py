@@ -128,6 +128,19 @@ class ConstraintViolation(MereError):
     """Data violates a NOT NULL or CHECK constraint; nothing was written."""
 
 
+class DuplicateKey(ConstraintViolation):
+    """Rows would give the table a primary key value twice; nothing was written.
+
+    ``keys`` holds up to ten of the duplicate key values (one dict per key).
+    """
+
+    def __init__(
+        self, message: str, *, keys: list[dict[str, object]], help: str | None = None
+    ) -> None:
+        super().__init__(message, help=help)
+        self.keys = keys
+
+
 class InvalidExpression(MereError):
     """A SQL expression cannot be parsed or is not supported."""
 
@@ -197,6 +210,13 @@ class ProtocolChanged(ConflictError):
     """A concurrent commit changed the database's format version."""
 
     reason = "protocol_changed"
+
+
+class ConcurrentDuplicateKey(ConflictError):
+    """A concurrent commit inserted a primary key value this transaction also inserts."""
+
+    reason = "duplicate_key"
+    help = "retry the transaction: it will see the other commit's rows"
 
 
 class RetriesExhausted(ConflictError):

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from mere import schema as schemas
-from mere.constraints import CHECK_PREFIX, checks, compile_check, enforce
-from mere.errors import InvalidName, SchemaMismatch
+from mere.constraints import (
+    CHECK_PREFIX,
+    PRIMARY_KEY_PROPERTY,
+    checks,
+    compile_check,
+    enforce,
+    key_property,
+    primary_key,
+    resolve_primary_key,
+)
+from mere.errors import ConstraintViolation, InvalidName, SchemaMismatch
 from mere.log.actions import TableMeta
+from mere.names import name_key
+from mere.txn.keys import duplicates_within, refuse_duplicates
 
 if TYPE_CHECKING:
     from mere.txn.transaction import Transaction
@@ -51,14 +62,39 @@ class AlterTable:
 
     def rename_column(self, old: str, new: str) -> AlterTable:
         """Rename a column (not a partition column); data files are not rewritten."""
-        return self._change(
-            lambda meta: replace(
-                meta, schema=schemas.rename_column(meta.schema, meta.partition_columns, old, new)
-            ),
-            "RENAME COLUMN",
-            column=old,
-            to=new,
-        )
+
+        def rename(meta: TableMeta) -> TableMeta:
+            schema = schemas.rename_column(meta.schema, meta.partition_columns, old, new)
+            properties = dict(meta.properties)
+            key = primary_key(properties)
+            if key:  # the key follows the column
+                renamed = [new if name_key(c) == name_key(old) else c for c in key]
+                properties[PRIMARY_KEY_PROPERTY] = key_property(renamed)
+            return replace(meta, schema=schema, properties=properties)
+
+        return self._change(rename, "RENAME COLUMN", column=old, to=new)
+
+    def set_primary_key(self, columns: Sequence[str]) -> AlterTable:
+        """Declare the table's primary key (its columns become NOT NULL).
+
+        The existing rows are checked first: a NULL in a key column is a
+        ConstraintViolation, duplicate values a DuplicateKey naming them.
+        """
+
+        def declare(meta: TableMeta) -> TableMeta:
+            resolved, schema = resolve_primary_key(meta.schema, columns)
+            current = self._tx.table(meta.name).scan(columns=resolved)
+            for column in resolved:
+                nulls = current.column(column).null_count
+                if nulls:
+                    raise ConstraintViolation(
+                        f"{nulls} row(s) of table {meta.name!r} hold NULL in key column {column!r}"
+                    )
+            refuse_duplicates(meta, duplicates_within(current), "among the existing rows")
+            properties = {**meta.properties, PRIMARY_KEY_PROPERTY: key_property(resolved)}
+            return replace(meta, schema=schema, properties=properties)
+
+        return self._change(declare, "SET PRIMARY KEY", columns=list(columns))
 
     def widen_column(self, name: str, type: pa.DataType) -> AlterTable:
         """Widen an integer, floating or decimal column; a lossy change is refused."""

@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from mere.constraints import primary_key
 from mere.errors import TableNotFound
 from mere.log.actions import AddFile, TableMeta
 from mere.names import check_table_name
@@ -129,6 +130,7 @@ def describe_table(state: TableState, version: int) -> dict[str, Any]:
             {"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in meta.schema
         ],
         "partition_by": list(meta.partition_columns),
+        "primary_key": primary_key(meta.properties),
         "properties": dict(meta.properties),
         "files": len(state.files),
         "rows": state.rows,

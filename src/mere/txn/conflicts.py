@@ -14,6 +14,7 @@ create a name we create         conflict  conflict            conflict
 alter/drop a table we write     conflict  conflict            conflict
 add files to a table we alter   conflict  conflict            conflict
 remove a file we remove         conflict  conflict            conflict
+add a primary key we insert     conflict  conflict            conflict
 remove a file we read           --        conflict            conflict
 add matching rows, not blind    --        conflict            conflict
 append rows matching our read   --        --                  conflict
@@ -27,6 +28,8 @@ merge, or an append after a read, is not.
 "Matching our read" is judged per file from partition values and statistics
 against the read's filter, so writers of disjoint keys do not conflict.
 Removals that are not data changes (compaction) never invalidate a read.
+"A primary key we insert" is judged from the winner's added files: their
+statistics on the first key column, then their key columns (mere.txn.keys).
 If no rule fires the transaction rebases onto the winner and retries.
 """
 
@@ -49,6 +52,7 @@ from mere.log.actions import (
 )
 from mere.names import name_key
 from mere.snapshot.state import DatabaseState
+from mere.txn.keys import KeyProbe, describe_keys
 
 UNSAFE_DISABLE_SWITCH = "MERE_UNSAFE_DISABLE_CONFLICT_DETECTION"
 """Environment variable that, set to ``1``, turns conflict detection off.
@@ -92,6 +96,8 @@ class TxFootprint:
     listed_tables: bool = False
     app_ids: set[str] = field(default_factory=set)
     database_changed: bool = False  # sets database properties
+    #: table id -> the primary key values this transaction inserts (a mere.txn.keys.KeyProbe)
+    inserted_keys: dict[str, KeyProbe] = field(default_factory=dict)
 
 
 def check_winner(tx: TxFootprint, before: DatabaseState, winner: Commit) -> None:
@@ -174,6 +180,17 @@ def check_winner(tx: TxFootprint, before: DatabaseState, winner: Commit) -> None
                     winning_version=v,
                     table=name,
                 )
+    for table_id, probe in tx.inserted_keys.items():
+        winner_adds = [a for a in adds.get(table_id, ()) if a.data_change]
+        collided = probe.collisions(winner_adds) if winner_adds else None
+        if collided is not None and collided.num_rows:
+            name = before.tables[table_id].meta.name
+            raise errors.ConcurrentDuplicateKey(
+                f"a concurrent commit inserted primary key value(s) {describe_keys(collided)} "
+                f"into table {name!r}, which this transaction also inserts",
+                winning_version=v,
+                table=name,
+            )
     if tx.isolation == "snapshot":
         return
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mere.constraints import enforce
 from mere.data.writer import DataFileWriter
@@ -53,10 +54,18 @@ from mere.log.actions import (
 )
 from mere.names import check_table_name, name_key
 from mere.properties import check_database_properties
-from mere.snapshot.scan import ScanPlan, plan_scan
+from mere.snapshot.scan import ScanPlan, plan_scan, scan_files
 from mere.snapshot.state import DatabaseState
 from mere.storage import ObjectStore
 from mere.txn.conflicts import ReadRecord, TxFootprint
+from mere.txn.keys import (
+    KeyProbe,
+    duplicates_within,
+    intersect,
+    key_columns,
+    key_counts,
+    refuse_duplicates,
+)
 
 log = logging.getLogger("mere.txn")
 
@@ -93,6 +102,8 @@ class _Frame:
     rewrites: bool = False
     writers: dict[str, DataFileWriter] = field(default_factory=dict)
     written: list[tuple[str, str]] = field(default_factory=list)  # (table id, path)
+    new_keys: dict[str, list[pa.Table]] = field(default_factory=dict)  # keyed tables' new rows
+    new_key_files: dict[str, list[AddFile]] = field(default_factory=dict)  # added, keyed
 
 
 class Stage:
@@ -272,6 +283,9 @@ class Stage:
             return
         self._touch(table_id)
         frame = self._frames[-1]
+        columns = key_columns(meta)
+        if columns:
+            frame.new_keys.setdefault(table_id, []).append(rows.select(columns))
         writer = frame.writers.get(table_id)
         if writer is None:
             writer = DataFileWriter(self.store, meta, target_file_size=self.target_file_size)
@@ -295,7 +309,10 @@ class Stage:
         for add in adds:
             staged.adds[add.path] = add
         if owned:
-            self._frames[-1].written.extend((table_id, a.path) for a in adds)
+            frame = self._frames[-1]
+            frame.written.extend((table_id, a.path) for a in adds)
+            if key_columns(self.meta(table_id)) and any(a.data_change for a in adds):
+                frame.new_key_files.setdefault(table_id, []).extend(adds)
 
     def remove_files(self, table_id: str, adds: Sequence[AddFile]) -> None:
         """Take live files out of the table (copy-on-write: their rows go elsewhere)."""
@@ -408,6 +425,7 @@ class Stage:
         self._frames.append(frame)
         try:
             yield
+            self._check_keys(frame)
         except BaseException as exc:
             if self._frames[-1] is frame:
                 self._frames.pop()
@@ -457,6 +475,74 @@ class Stage:
         del self._operations[frame.operations :]
         self._rewrites = frame.rewrites
         self._delete(frame.written)
+
+    # --- primary keys ----------------------------------------------------------------
+
+    def _check_keys(self, frame: _Frame) -> None:
+        """At the end of a statement: each key it wrote must be held by exactly one live row.
+
+        Rows still in memory are written out first, so every live row is in a
+        file; only the key columns of files whose statistics may hold a new
+        key are read. Checking at the statement's end (not per write) lets an
+        update move keys through values other rows still hold.
+        """
+        for table_id in dict.fromkeys([*frame.new_keys, *frame.new_key_files]):
+            staged = self._tables.get(table_id)
+            if staged is None or staged.dropped is not None:
+                continue
+            meta = self.meta(table_id)
+            columns = key_columns(meta)
+            if not columns:
+                continue
+            parts = [t.select(columns) for t in frame.new_keys.get(table_id, [])]
+            written = frame.new_key_files.get(table_id, [])
+            if written:
+                parts.append(self._keys_of(meta, written, columns))
+            new = pa.concat_tables(parts, promote_options="permissive") if parts else None
+            if new is None or new.num_rows == 0:
+                continue
+            refuse_duplicates(meta, duplicates_within(new), "among the rows written")
+            base, own = self.live_files(table_id)
+            counts = key_counts(self.store, meta, base + own, new)
+            refuse_duplicates(
+                meta,
+                counts.filter(pc.greater(counts["count_all"], 1)).select(columns),
+                "already in the table",
+            )
+
+    def _keys_of(self, meta: TableMeta, files: Sequence[AddFile], columns: list[str]) -> pa.Table:
+        plan = plan_scan(meta, columns, None)
+        return scan_files(self.store, plan, list(files)).select(columns)
+
+    def inserted_keys(self) -> dict[str, KeyProbe]:
+        """Per keyed table of the snapshot: the keys this transaction adds that it did not remove.
+
+        These are the keys whose absence the transaction relies on: a
+        concurrent commit adding one of them conflicts (see mere.txn.conflicts).
+        """
+        probes: dict[str, KeyProbe] = {}
+        for table_id, staged in self._tables.items():
+            if staged.created or staged.dropped is not None:
+                continue
+            meta = self.meta(table_id)
+            columns = key_columns(meta)
+            added = [a for a in staged.adds.values() if a.data_change]
+            if not columns or not added:
+                continue
+            keys = self._keys_of(meta, added, columns)
+            if staged.removes:
+                removed = [
+                    self.read_state.tables[table_id].files[p]
+                    for p in staged.removes
+                    if p in self.read_state.tables[table_id].files
+                ]
+                old = self._keys_of(meta, removed, columns).cast(keys.schema)
+                gone = intersect(keys, old)
+                if gone.num_rows:
+                    keys = keys.join(gone, columns, join_type="left anti", use_threads=False)
+            if keys.num_rows:
+                probes[table_id] = KeyProbe(self.store, meta, keys)
+        return probes
 
     # --- writers -------------------------------------------------------------------
 
@@ -547,6 +633,7 @@ class Stage:
                 fp.removed[table_id] = set(staged.removes)
             if staged.meta is not None and staged.meta.name != self.meta_before(table_id).name:
                 fp.created_names.add(name_key(staged.meta.name))
+        fp.inserted_keys = self.inserted_keys()
         fp.app_ids = set(self._app_txns)
         fp.database_changed = self._database_properties is not None
         return fp

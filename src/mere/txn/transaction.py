@@ -21,7 +21,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from mere.constraints import PRIMARY_KEY_PROPERTY, key_property, resolve_primary_key
 from mere.data.writer import DEFAULT_TARGET_FILE_SIZE
 from mere.errors import (
     CommitOutcomeUnknown,
@@ -31,6 +33,7 @@ from mere.errors import (
     TableNotFound,
     TransactionClosed,
 )
+from mere.expr.ast import quote_identifier
 from mere.log.actions import (
     ISOLATION_LEVELS,
     Action,
@@ -52,6 +55,7 @@ from mere.txn.committer import (
     AfterCommit,
     Committer,
 )
+from mere.txn.keys import key_columns, present_keys
 from mere.txn.stage import Stage
 
 if TYPE_CHECKING:
@@ -62,6 +66,7 @@ if TYPE_CHECKING:
 
 Isolation = Literal["snapshot", "write_serializable", "serializable"]
 SchemaMode = Literal["strict", "merge"]
+OnDuplicate = Literal["error", "skip", "update"]
 DEFAULT_ISOLATION: Isolation = "write_serializable"
 _TABLE_ID = re.compile(r"[0-9a-f]{32}\Z")
 
@@ -162,6 +167,18 @@ class Transaction:
         with self.statement():
             yield self
 
+    def sql(
+        self, text: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+    ) -> pa.Table | None:
+        """Run SQL in this transaction: queries see its own writes and count as its reads.
+
+        Each statement is atomic; BEGIN/COMMIT/ROLLBACK are refused (commit with
+        :meth:`commit`). Returns the last statement's result. See :mod:`mere.sql`.
+        """
+        from mere.sql import run_in_transaction
+
+        return run_in_transaction(self, text, params)
+
     # --- the namespace, as this transaction sees it --------------------------------
 
     def tables(self) -> list[str]:
@@ -193,12 +210,17 @@ class Transaction:
         properties: dict[str, str] | None = None,
         if_not_exists: bool = False,
         table_id: str | None = None,
+        primary_key: Sequence[str] | None = None,
     ) -> TxTable:
         """Create a table; it exists for this transaction at once, for others on commit.
 
         ``table_id`` (32 lowercase hex digits) lets an engine choose the id up
         front, so distributed writers can put data files under the table's
         prefix before the transaction that creates it commits.
+
+        ``primary_key`` names the columns whose values identify a row (NOT
+        NULL implied): every write path refuses a duplicate (DuplicateKey),
+        and two transactions inserting the same key cannot both commit.
 
         Raises:
             TableExists: the name is taken (unless ``if_not_exists``).
@@ -218,10 +240,16 @@ class Transaction:
                 table_id = uuid.uuid4().hex
             elif not isinstance(table_id, str) or not _TABLE_ID.match(table_id):
                 raise InvalidName(f"table id {table_id!r} is not 32 lowercase hex digits")
+            schema = normalize_schema(schema, list(partition_by))
+            if primary_key is not None:
+                if any(k.startswith("mere.") for k in props):
+                    raise InvalidName("property keys starting with 'mere.' are reserved")
+                columns, schema = resolve_primary_key(schema, primary_key)
+                props[PRIMARY_KEY_PROPERTY] = key_property(columns)
             meta = TableMeta(
                 id=table_id,
                 name=name,
-                schema=normalize_schema(schema, list(partition_by)),
+                schema=schema,
                 partition_columns=tuple(partition_by),
                 properties=props,
                 created_time=int(time.time() * 1000),
@@ -484,11 +512,23 @@ class TxTable:
     def partition_by(self) -> list[str]:
         return list(self.meta.partition_columns)
 
-    def append(self, data: Any, *, schema_mode: SchemaMode = "strict") -> int:
-        """Add rows; returns how many. Validated against the schema first.
+    def append(
+        self,
+        data: Any,
+        *,
+        schema_mode: SchemaMode = "strict",
+        on_duplicate: OnDuplicate = "error",
+    ) -> int:
+        """Add rows; returns how many were written. Validated against the schema first.
 
         With ``schema_mode="merge"``, columns the table lacks are added (as
         nullable) and integer/float columns are widened where that is safe.
+
+        On a table with a primary key, ``on_duplicate`` says what a row whose
+        key is already in the table does: ``"error"`` (DuplicateKey, nothing
+        written), ``"skip"`` (the row is left out; of rows repeating a key in
+        the data, the first is kept) or ``"update"`` (the row replaces the
+        existing one: an upsert, a MERGE on the key).
 
         Accepts a pyarrow Table, RecordBatch or RecordBatchReader, a pandas
         DataFrame, or a list of dicts.
@@ -496,9 +536,18 @@ class TxTable:
         Raises:
             SchemaMismatch: missing, extra or incompatible columns (nothing written).
             ConstraintViolation: nulls in a NOT NULL column (nothing written).
+            DuplicateKey: a key already in the table or repeated in the data.
         """
         if schema_mode not in ("strict", "merge"):
             raise InvalidArgument(f"schema_mode must be 'strict' or 'merge', not {schema_mode!r}")
+        if on_duplicate not in ("error", "skip", "update"):
+            raise InvalidArgument(
+                f"on_duplicate must be 'error', 'skip' or 'update', not {on_duplicate!r}"
+            )
+        if on_duplicate != "error" and not key_columns(self.meta):
+            raise InvalidArgument(
+                f"on_duplicate={on_duplicate!r} needs a primary key; table {self.name!r} has none"
+            )
         with self.transaction.statement() as stage:
             meta = self.meta
             table = to_arrow_table(data, meta.schema, infer=schema_mode == "merge")
@@ -510,9 +559,40 @@ class TxTable:
                     stage.record_operation("MERGE SCHEMA", self.table_id)
                     meta = self.meta
             table = conform(table, meta.schema)
+            if on_duplicate == "update":
+                return self._upsert(table)
+            if on_duplicate == "skip":
+                table = self._without_present_keys(table)
             stage.write_rows(self.table_id, table)
             stage.record_operation("APPEND", self.table_id)
             return int(table.num_rows)
+
+    def _without_present_keys(self, rows: pa.Table) -> pa.Table:
+        """``rows`` minus those whose key the table holds, and minus repeats of a key."""
+        columns = key_columns(self.meta)
+        numbered = rows.append_column("__mere_row", pa.array(range(rows.num_rows), pa.int64()))
+        first = numbered.group_by(columns, use_threads=False).aggregate([("__mere_row", "min")])
+        chosen = first["__mere_row_min"]
+        rows = rows.take(pc.take(chosen, pc.sort_indices(chosen)))
+        base, own = self.stage.live_files(self.table_id)
+        present = present_keys(self.transaction.store, self.meta, base + own, rows.select(columns))
+        if present.num_rows == 0:
+            return rows
+        numbered = rows.append_column("__mere_row", pa.array(range(rows.num_rows), pa.int64()))
+        kept = numbered.join(present, columns, join_type="left anti", use_threads=False)
+        kept_rows = kept["__mere_row"]
+        return rows.take(pc.take(kept_rows, pc.sort_indices(kept_rows)))
+
+    def _upsert(self, rows: pa.Table) -> int:
+        """Insert ``rows``, replacing the rows with the same key: a MERGE on the key."""
+        from mere.ops.merge import TableMerger
+
+        on = " AND ".join(
+            f"t.{quote_identifier(c)} = s.{quote_identifier(c)}" for c in key_columns(self.meta)
+        )
+        merger = TableMerger(self, rows, on).when_matched_update_all().when_not_matched_insert_all()
+        metrics = merger.execute()
+        return metrics.num_target_rows_inserted + metrics.num_target_rows_updated
 
     def delete(self, where: str) -> int:
         """Delete the rows matching the SQL condition; returns how many (see mere.ops.delete)."""

@@ -1,0 +1,187 @@
+"""Primary keys: declared once, enforced on every core write path, and under concurrency.
+
+A key a transaction inserts is a predicate it relies on ("this key is
+absent"); a concurrent commit that added the same key conflicts with it at
+every isolation level, while inserts of different keys still rebase.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import mere
+
+SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
+
+
+def rows(*pairs: tuple[int, str]) -> pa.Table:
+    return pa.table({"id": [k for k, _ in pairs], "v": [v for _, v in pairs]}, schema=SCHEMA)
+
+
+def content(table: mere.Table | mere.TxTable) -> list[tuple[int, str]]:
+    return sorted((r["id"], r["v"]) for r in table.scan().to_pylist())
+
+
+@pytest.fixture(params=["memory", "local"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> mere.Database:
+    uri = f"memory://keys-{uuid.uuid4().hex}" if request.param == "memory" else str(tmp_path)
+    database = mere.connect(uri)
+    database.create_table("t", SCHEMA, primary_key=["id"])
+    database.table("t").append(rows((1, "a"), (2, "b")))
+    return database
+
+
+def test_a_key_is_declared_not_null_and_described(db: mere.Database) -> None:
+    table = db.table("t")
+    assert table.describe()["primary_key"] == ["id"]
+    assert not table.schema.field("id").nullable
+    with pytest.raises(mere.ConstraintViolation):
+        table.append(pa.table({"id": [None], "v": ["x"]}, schema=SCHEMA))
+
+
+def test_bad_key_declarations_are_refused(db: mere.Database) -> None:
+    for key in (["nope"], [], ["id", "ID"]):
+        with pytest.raises(mere.InvalidName):
+            db.create_table(f"u{len(key)}", SCHEMA, primary_key=key)
+    assert db.tables() == ["t"]
+
+
+def test_duplicates_in_a_batch_and_against_the_table_are_refused(db: mere.Database) -> None:
+    version = db.version
+    with pytest.raises(mere.DuplicateKey, match=r"among the rows written.*\(3\)") as caught:
+        db.table("t").append(rows((3, "c"), (3, "d")))
+    assert caught.value.keys == [{"id": 3}]
+    with pytest.raises(mere.DuplicateKey, match=r"already in the table.*\(2\)"):
+        db.table("t").append(rows((4, "d"), (2, "x")))
+    assert db.version == version and content(db.table("t")) == [(1, "a"), (2, "b")]
+
+
+def test_a_duplicate_across_statements_of_one_transaction(db: mere.Database) -> None:
+    with db.transaction() as tx:
+        tx.table("t").append(rows((5, "e")))  # still in memory when the next one runs
+        with pytest.raises(mere.DuplicateKey):
+            tx.table("t").append(rows((5, "again")))
+        tx.table("t").append(rows((6, "f")))
+    assert content(db.table("t")) == [(1, "a"), (2, "b"), (5, "e"), (6, "f")]
+
+
+def test_update_checks_keys_when_the_statement_ends(db: mere.Database) -> None:
+    db.table("t").update(None, {"id": "id + 1"})  # 1 -> 2 while 2 still holds 2: fine
+    assert content(db.table("t")) == [(2, "a"), (3, "b")]
+    with pytest.raises(mere.DuplicateKey):
+        db.table("t").update("id = 2", {"id": 3})
+    assert content(db.table("t")) == [(2, "a"), (3, "b")]
+
+
+def test_merge_and_overwrite_cannot_create_duplicates(db: mere.Database) -> None:
+    source = rows((7, "g"), (7, "h"))
+    with pytest.raises(mere.DuplicateKey):
+        db.table("t").merge(source, "t.id = s.id").when_not_matched_insert_all().execute()
+    with pytest.raises(mere.DuplicateKey):
+        db.table("t").overwrite(rows((1, "x"), (1, "y")))
+    db.table("t").overwrite(rows((1, "x"), (9, "z")))
+    assert content(db.table("t")) == [(1, "x"), (9, "z")]
+
+
+def test_upserts_skip_or_update(db: mere.Database) -> None:
+    db.table("t").append(rows((2, "B"), (3, "c"), (3, "c2")), on_duplicate="skip")
+    assert content(db.table("t")) == [(1, "a"), (2, "b"), (3, "c")]
+    db.table("t").append(rows((1, "A"), (4, "d")), on_duplicate="update")
+    assert content(db.table("t")) == [(1, "A"), (2, "b"), (3, "c"), (4, "d")]
+    with pytest.raises(mere.InvalidArgument):
+        db.create_table("plain", SCHEMA).append(rows((1, "a")), on_duplicate="skip")
+
+
+def test_set_primary_key_checks_the_existing_rows(db: mere.Database) -> None:
+    db.create_table("u", SCHEMA)
+    db.table("u").append(rows((1, "a"), (1, "b"), (2, "c")))
+    with pytest.raises(mere.DuplicateKey, match=r"\(1\)"):
+        with db.transaction() as tx:
+            tx.alter_table("u").set_primary_key(["id"])
+    db.table("u").delete("v = 'b'")
+    with db.transaction() as tx:
+        tx.alter_table("u").set_primary_key(["ID"])
+    assert db.table("u").describe()["primary_key"] == ["id"]
+    with pytest.raises(mere.DuplicateKey):
+        db.table("u").append(rows((2, "again")))
+
+
+def test_a_renamed_key_column_stays_the_key(db: mere.Database) -> None:
+    with db.transaction() as tx:
+        tx.alter_table("t").rename_column("id", "key")
+    assert db.table("t").describe()["primary_key"] == ["key"]
+    with pytest.raises(mere.DuplicateKey):
+        db.table("t").append(pa.table({"key": [1], "v": ["x"]}))
+
+
+def test_a_composite_key(db: mere.Database) -> None:
+    schema = pa.schema([("a", pa.int32()), ("b", pa.string()), ("v", pa.float64())])
+    db.create_table("c", schema, primary_key=["a", "b"])
+    db.table("c").append([{"a": 1, "b": "x", "v": 1.0}, {"a": 1, "b": "y", "v": 2.0}])
+    with pytest.raises(mere.DuplicateKey, match=r"\(1, 'y'\)"):
+        db.table("c").append([{"a": 1, "b": "y", "v": 3.0}])
+
+
+@pytest.mark.parametrize("isolation", ["snapshot", "write_serializable", "serializable"])
+def test_two_transactions_inserting_one_key_cannot_both_commit(
+    db: mere.Database, isolation: str
+) -> None:
+    first = db.transaction(isolation)  # type: ignore[arg-type]
+    second = db.transaction(isolation)  # type: ignore[arg-type]
+    first.table("t").append(rows((10, "first")))
+    second.table("t").append(rows((11, "other"), (10, "second")))
+    winner = first.commit()
+    with pytest.raises(mere.ConcurrentDuplicateKey, match=r"\(10\)") as caught:
+        second.commit()
+    assert caught.value.winning_version == winner
+    assert content(db.table("t")) == [(1, "a"), (2, "b"), (10, "first")]
+
+
+@pytest.mark.parametrize("isolation", ["snapshot", "write_serializable", "serializable"])
+def test_inserts_of_different_keys_rebase(db: mere.Database, isolation: str) -> None:
+    first = db.transaction(isolation)  # type: ignore[arg-type]
+    second = db.transaction(isolation)  # type: ignore[arg-type]
+    first.table("t").append(rows((20, "x")))
+    second.table("t").append(rows((21, "y")))
+    first.commit()
+    second.commit()
+    assert [k for k, _ in content(db.table("t"))] == [1, 2, 20, 21]
+
+
+def _upsert_worker(uri: str, seed: int, rounds: int, done: multiprocessing.Queue) -> None:
+    rng = random.Random(seed)
+    db = mere.connect(uri, create=False)
+    acknowledged: list[int] = []
+    for _ in range(rounds):
+        keys = rng.sample(range(40), 5)
+        batch = rows(*((k, f"w{seed}") for k in keys))
+        mode = rng.choice(["skip", "update"])
+        db.table("t").append(batch, on_duplicate=mode)  # retries lost key races itself
+        acknowledged += keys
+    done.put(acknowledged)
+
+
+def test_concurrent_upserts_from_processes_never_duplicate_a_key(tmp_path: Path) -> None:
+    db = mere.connect(tmp_path)
+    db.create_table("t", SCHEMA, primary_key=["id"])
+    context = multiprocessing.get_context("spawn")
+    done: multiprocessing.Queue = context.Queue()
+    workers = [
+        context.Process(target=_upsert_worker, args=(str(tmp_path), seed, 8, done))
+        for seed in range(4)
+    ]
+    for worker in workers:
+        worker.start()
+    acknowledged = [k for _ in workers for k in done.get(timeout=240)]
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    ids = db.table("t").scan(columns=["id"]).column("id").to_pylist()
+    assert len(ids) == len(set(ids))  # every key exactly once
+    assert set(acknowledged) <= set(ids)  # every acknowledged key is there
