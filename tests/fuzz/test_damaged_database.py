@@ -5,11 +5,13 @@ These tests pin down what mere does today with:
 * unexpected files in ``_log/``, ``tables/`` and the root -- ignored;
 * a file named like a commit far beyond the log -- ignored while the
   latest-version hint is good; without the hint the listing fallback takes it
-  as the latest version and every read fails with VersionNotFound;
+  as the latest version and every read fails with CorruptLog naming the gap
+  below it;
 * a newer format version (in version 0, in a later commit, in a checkpoint)
   -- FormatVersionError at and after it, older versions still readable;
 * a gap (a commit file missing in the middle of the log) -- versions below
-  it read; at and above it VersionNotFound. If the hint points below the
+  it read; at and above it CorruptLog naming the missing file as a gap in the
+  log (tests/core/test_log_gaps.py). If the hint points below the
   gap, discovery stops there: the database looks shorter, and the next
   commit *fills the gap*, after which the orphaned commits above it are part
   of the history again, on top of a base they were not written against;
@@ -104,7 +106,7 @@ def test_a_stray_future_commit_name_is_ignored_only_while_the_hint_is_good(root:
     assert mere.connect(str(root), create=False).version == COMMITS + 1
     remove(root, LATEST_HINT)
     db = mere.connect(str(root), create=False)  # connecting only finds the latest version
-    with pytest.raises(mere.VersionNotFound, match=f"version {COMMITS + 2} does not exist"):
+    with pytest.raises(mere.CorruptLog, match=f"{commit_key(COMMITS + 2)}: .*a gap in the log"):
         _ = db.version
     assert xs(root, 3) == [0, 1]  # explicit older versions still read
 
@@ -151,14 +153,15 @@ def test_a_newer_checkpoint_format_is_refused(root: Path) -> None:
 def test_a_gap_makes_versions_from_it_unreadable(root: Path) -> None:
     remove(root, commit_key(4))
     db = mere.connect(str(root), create=False)
+    gap = f"{commit_key(4)}: .*missing but later versions exist.*a gap in the log"
     for read in (lambda: db.version, lambda: xs(root), lambda: xs(root, 4)):
-        with pytest.raises(mere.VersionNotFound, match="version 4 does not exist"):
+        with pytest.raises(mere.CorruptLog, match=gap):
             read()
-    with pytest.raises(mere.VersionNotFound):
+    with pytest.raises(mere.CorruptLog, match=gap):
         db.table("t").append([{"x": 99}])
     assert xs(root, 3) == [0, 1]
     remove(root, LATEST_HINT)  # the listing fallback finds the top, then the same gap
-    with pytest.raises(mere.VersionNotFound, match="version 4 does not exist"):
+    with pytest.raises(mere.CorruptLog, match=gap):
         _ = mere.connect(str(root), create=False).version
 
 

@@ -381,6 +381,8 @@ def decode_commit(key: str, version: int, data: bytes) -> Commit:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CorruptLog(key, f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if not text:
+        raise CorruptLog(key, "the commit file is empty (0 bytes)")
     if not text.endswith("\n"):
         raise CorruptLog(key, "truncated: the last line has no newline")
     lines = text[:-1].split("\n")

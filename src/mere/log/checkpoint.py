@@ -95,7 +95,7 @@ def encode_checkpoint(version: int, timestamp: int, actions: Iterable[Action]) -
 def decode_checkpoint(key: str, data: bytes) -> CheckpointData:
     """Parse checkpoint bytes; CorruptLog naming ``key`` on any defect."""
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        table = pq.read_table(pa.BufferReader(_arrow_owned(data)))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise CorruptLog(key, f"unreadable Parquet: {exc}") from None
     meta = table.schema.metadata or {}
@@ -149,6 +149,21 @@ def decode_checkpoint(key: str, data: bytes) -> CheckpointData:
     except (_Bad, ValueError, TypeError) as exc:
         raise CorruptLog(key, str(exc)) from None
     return CheckpointData(version, timestamp, actions)
+
+
+def _arrow_owned(data: bytes) -> pa.Buffer:
+    """A copy of ``data`` in memory Arrow allocated.
+
+    ``pq.read_table`` may drop its last reference to its source on one of
+    Arrow's threads after it returns. Releasing a buffer that wraps Python
+    bytes takes the GIL there; if the interpreter is finalizing by then,
+    CPython ends that thread with ``pthread_exit``, whose unwinding through
+    Arrow's C++ frames aborts the process ("terminate called without an
+    active exception"). An Arrow-owned buffer is released without the GIL.
+    """
+    sink = pa.BufferOutputStream()
+    sink.write(data)
+    return sink.getvalue()
 
 
 def _int(value: object) -> int:

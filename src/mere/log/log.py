@@ -18,6 +18,7 @@ from mere.errors import (
     AlreadyExists,
     CommitOutcomeUnknown,
     CorruptLog,
+    MereError,
     ObjectNotFound,
     StorageError,
     VersionNotFound,
@@ -115,15 +116,65 @@ class Log:
         """Decode one commit.
 
         Raises:
-            VersionNotFound: no commit at that version.
-            CorruptLog: the file cannot be decoded.
+            VersionNotFound: no commit at that version, and none below it or
+                none above it (beyond the latest, or removed by expiry).
+            CorruptLog: the file cannot be decoded, or it is missing while
+                versions below and above it exist (a gap in the log).
         """
         key = commit_key(version)
         try:
             data = self.store.get(key)
         except ObjectNotFound:
-            raise VersionNotFound(f"version {version} does not exist") from None
+            raise self.missing_commit(version) from None
         return decode_commit(key, version, data)
+
+    def missing_commit(self, version: int) -> MereError:
+        """The error for the commit of ``version`` not being there.
+
+        A commit missing while a commit below it and one above it exist is a
+        gap in the log (``CorruptLog``): commits are created one after the
+        other and expiry only deletes a prefix, so nothing but damage makes
+        one. Otherwise the version is beyond the latest or was expired
+        (``VersionNotFound``). Costs up to two listings of ``_log/``, only on
+        this error path.
+        """
+        not_found = VersionNotFound(f"version {version} does not exist")
+        try:
+            later = self._first_commit_after(version)
+            if later is None or not self._has_commit_below(version):
+                return not_found
+        except StorageError:  # cannot tell: the plain answer
+            return not_found
+        error = CorruptLog(
+            commit_key(version),
+            f"the commit of version {version} is missing but later versions exist (the next "
+            f"is {later}): a gap in the log",
+        )
+        error.help = (
+            "put the missing commit file back from a backup; `mere check` lists every "
+            "defect of the log"
+        )
+        return error
+
+    def _first_commit_after(self, version: int) -> int | None:
+        """The smallest commit version above ``version``, or None."""
+        for meta in self.store.list(LOG_PREFIX, start_after=commit_key(version)):
+            parsed = parse_log_key(meta.key)
+            if parsed is not None and parsed[1] == "commit":
+                return parsed[0]
+        return None
+
+    def _has_commit_below(self, version: int) -> bool:
+        """Whether any commit below ``version`` exists."""
+        if version == 0:
+            return False
+        if self.store.exists(commit_key(version - 1)):
+            return True
+        for meta in self.store.list(LOG_PREFIX):
+            parsed = parse_log_key(meta.key)
+            if parsed is not None and parsed[1] == "commit":
+                return parsed[0] < version  # keys list in version order
+        return False
 
     def read_commits(self, first: int, last: int) -> list[Commit]:
         """Commits ``first..last`` inclusive, in order (concurrently from network stores)."""

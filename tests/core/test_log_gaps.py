@@ -1,0 +1,123 @@
+"""A missing or empty commit file is reported for what it is, by every operation that meets it.
+
+A commit file missing while versions below and above it exist is a gap in the
+log: every reader that needs it raises ``CorruptLog`` naming the missing file
+and saying it is a gap, never "version N does not exist" (which is what a
+version beyond the latest, or one removed by expiry, gets). An empty commit
+file is reported as empty, not as truncated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import mere
+from mere.log.keys import LATEST_HINT, commit_key
+
+GAP = 3
+LATEST = 5  # version 1 creates t, versions 2..5 append x = 0..3
+
+
+@pytest.fixture
+def gapped(db: mere.Database) -> mere.Database:
+    """A database whose commit 3 is gone while commits 0..2 and 4..5 remain."""
+    db.create_table("t", pa.schema([("x", pa.int64())]))
+    for i in range(LATEST - 1):
+        db.table("t").append([{"x": i}])
+    assert db.version == LATEST
+    db.store.delete(commit_key(GAP))
+    return mere.connect(db.store, create=False)
+
+
+def _gap_message() -> str:
+    return rf"{commit_key(GAP)}: .*missing but later versions exist.*a gap in the log"
+
+
+OPERATIONS: dict[str, Callable[[mere.Database], Any]] = {
+    "version": lambda db: db.version,
+    "snapshot": lambda db: db.snapshot(),
+    "snapshot-at-gap": lambda db: db.snapshot(version=GAP),
+    "snapshot-above-gap": lambda db: db.snapshot(version=GAP + 1),
+    "scan": lambda db: db.table("t").scan(),
+    "append": lambda db: db.table("t").append([{"x": 99}]),
+    "history": lambda db: db.history(),
+    "history-limit": lambda db: db.history(limit=3),
+    "timestamp": lambda db: db.snapshot(timestamp=db.log.commit_timestamp(LATEST)),
+    "restore": lambda db: db.restore(version=LATEST - 1),
+    "vacuum": lambda db: db.vacuum(timedelta(0), force=True, dry_run=True),
+}
+
+
+@pytest.mark.parametrize("operation", list(OPERATIONS))
+def test_every_operation_reports_a_gap_as_a_gap(gapped: mere.Database, operation: str) -> None:
+    with pytest.raises(mere.CorruptLog, match=_gap_message()) as caught:
+        OPERATIONS[operation](gapped)
+    assert "does not exist" not in str(caught.value)
+    assert caught.value.key == commit_key(GAP)
+
+
+def test_a_gap_is_reported_without_the_latest_version_hint(gapped: mere.Database) -> None:
+    gapped.store.delete(LATEST_HINT)  # discovery by listing finds the top, then the gap
+    with pytest.raises(mere.CorruptLog, match=_gap_message()):
+        _ = mere.connect(gapped.store, create=False).version
+
+
+def test_versions_below_a_gap_still_read(gapped: mere.Database) -> None:
+    rows = gapped.snapshot(version=GAP - 1).table("t").scan().column("x").to_pylist()
+    assert rows == [0]
+
+
+def test_a_wider_gap_names_its_first_missing_version(gapped: mere.Database) -> None:
+    gapped.store.delete(commit_key(GAP + 1))
+    with pytest.raises(mere.CorruptLog, match=_gap_message()):
+        _ = mere.connect(gapped.store, create=False).version
+
+
+def test_a_version_beyond_the_latest_is_still_not_found(gapped: mere.Database) -> None:
+    with pytest.raises(mere.VersionNotFound, match=f"version {LATEST + 1} does not exist"):
+        gapped.log.read_commit(LATEST + 1)
+
+
+def test_expired_versions_are_not_a_gap(db: mere.Database) -> None:
+    db.create_table("t", pa.schema([("x", pa.int64())]))
+    for i in range(4):
+        db.table("t").append([{"x": i}])
+    result = db.expire(timedelta(0), force=True)
+    assert result.commits_deleted > 0
+    with pytest.raises(mere.VersionNotFound, match="expired"):
+        db.snapshot(version=0)
+    with pytest.raises(mere.VersionNotFound, match="version 0 does not exist"):
+        db.log.read_commit(0)
+    assert [h["version"] for h in db.history()][-1] == result.oldest_version
+
+
+def test_a_missing_version_0_is_not_a_gap_but_unrebuildable(db: mere.Database) -> None:
+    db.create_table("t", pa.schema([("x", pa.int64())]))
+    db.store.delete(commit_key(0))
+    with pytest.raises(mere.VersionNotFound, match="version 0 is missing"):
+        _ = mere.connect(db.store, create=False).version
+
+
+def test_an_empty_commit_file_is_reported_as_empty(db: mere.Database) -> None:
+    db.create_table("t", pa.schema([("x", pa.int64())]))
+    db.table("t").append([{"x": 1}])
+    db.store.delete(commit_key(2))
+    db.store.put_if_absent(commit_key(2), b"")
+    with pytest.raises(mere.CorruptLog, match=f"{commit_key(2)}: the commit file is empty") as e:
+        _ = mere.connect(db.store, create=False).version
+    assert "truncated" not in str(e.value)
+
+
+def test_a_truncated_commit_is_still_reported_as_truncated(db: mere.Database) -> None:
+    db.create_table("t", pa.schema([("x", pa.int64())]))
+    db.table("t").append([{"x": 1}])
+    data = db.store.get(commit_key(2))
+    db.store.delete(commit_key(2))
+    db.store.put_if_absent(commit_key(2), data[:-3])
+    with pytest.raises(mere.CorruptLog, match="truncated: the last line has no newline"):
+        _ = mere.connect(db.store, create=False).version
