@@ -225,7 +225,7 @@ def test_hostile_schemas_are_corrupt(schema: dict[str, Any]) -> None:
 
 
 def test_a_newer_protocol_is_a_format_version_error() -> None:
-    lines = [action_to_json(INFO), {"protocol": {"formatVersion": 2}}]
+    lines = [action_to_json(INFO), {"protocol": {"formatVersion": 3}}]
     with pytest.raises(FormatVersionError):
         decode_commit(KEY, 0, "".join(json.dumps(o) + "\n" for o in lines).encode())
 
@@ -308,7 +308,7 @@ def test_checkpoints_with_random_rows_are_rejected_cleanly(
 
 
 def test_a_newer_checkpoint_format_is_a_format_version_error() -> None:
-    meta = {b"mere.version": b"7", b"mere.timestamp": b"1", b"mere.formatVersion": b"2"}
+    meta = {b"mere.version": b"7", b"mere.timestamp": b"1", b"mere.formatVersion": b"3"}
     with pytest.raises(FormatVersionError):
         decode_checkpoint(CKPT, _checkpoint_bytes([], meta))
 

@@ -74,15 +74,16 @@ def test_export_of_some_tables_at_an_older_version(tmp_path: Path) -> None:
         db.export(tmp_path / "x", tables=["missing"])
 
 
-def test_export_refuses_an_existing_database_and_minimal_mode(tmp_path: Path) -> None:
+def test_export_refuses_an_existing_database_and_an_unnamed_minimal_mode(tmp_path: Path) -> None:
     db = source(tmp_path / "src")
     db.export(tmp_path / "copy")
     with pytest.raises(ExportTargetExists):
         db.export(tmp_path / "copy")
     with pytest.raises(ValueError, match="onto itself"):
         db.export(tmp_path / "src")
-    with pytest.raises(NotImplementedError, match="mode='full'"):
-        db.export(tmp_path / "minimal", mode="minimal")
+    with pytest.raises(ValueError, match="minimal export needs a name"):
+        db.export(tmp_path / "minimal", mode="minimal")  # see test_maintain_named_exports.py
+    assert not (tmp_path / "minimal").exists()
 
 
 def test_a_retried_export_accepts_its_own_copied_files(tmp_path: Path) -> None:

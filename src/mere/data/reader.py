@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from mere.data.external import open_data_file
 from mere.data.values import from_text
 from mere.log.actions import AddFile, TableMeta
 from mere.schema import physical_name
@@ -42,7 +43,7 @@ def read_file(
     table's, and otherwise every row is returned).
     """
     schema = pa.schema([table.schema.field(c) for c in columns])
-    source = store.open_input(table.prefix + add.path)
+    source = open_data_file(store, table, add)
     try:
         pf = pq.ParquetFile(source)
         stored = _stored_columns(table, schema, pf)
@@ -124,7 +125,7 @@ def iter_file(
 ) -> Iterator[pa.Table]:
     """Read one data file in bounded pieces (for streaming scans)."""
     schema = pa.schema([table.schema.field(c) for c in columns])
-    source = store.open_input(table.prefix + add.path)
+    source = open_data_file(store, table, add)
     try:
         pf = pq.ParquetFile(source)
         stored = _stored_columns(table, schema, pf)

@@ -2,9 +2,10 @@
 
 A commit file holds one JSON object per line; each object has exactly one
 key naming the action (``commitInfo``, ``protocol``, ``database``,
-``metadata``, ``add``, ``remove``, ``dropTable``, ``txn``) whose value holds
-its fields. ``commitInfo`` is always the first line. ``docs/format.md``
-specifies every field.
+``metadata``, ``add``, ``remove``, ``dropTable``, ``txn``, and from format
+version 2 ``export`` and ``dropExport``) whose value holds its fields.
+``commitInfo`` is always the first line. ``docs/format.md`` specifies every
+field.
 
 Decoding is strict: anything malformed raises :class:`~mere.errors.CorruptLog`
 naming the file, never another exception.
@@ -23,7 +24,15 @@ from mere.errors import CorruptLog, FormatVersionError
 from mere.schema import schema_from_json, schema_to_json
 from mere.storage.base import check_key
 
-FORMAT_VERSION = 1
+#: The newest format version this mere reads and writes (docs/format.md §2.2).
+FORMAT_VERSION = 2
+#: The format version a new database starts at: it moves to a newer one only
+#: when it first uses what needs it, so older readers keep reading the rest.
+BASE_FORMAT_VERSION = 1
+#: Named exports and tags (``export``/``dropExport``) and absolute data paths need this.
+EXPORTS_FORMAT_VERSION = 2
+#: What an ``export`` action's ``mode`` may be; the last three keep files from vacuum.
+EXPORT_MODES = ("full", "partial", "minimal", "tag")
 ISOLATION_LEVELS = ("snapshot", "write_serializable", "serializable")
 _TABLE_ID = re.compile(r"[0-9a-f]{32}\Z")
 
@@ -130,7 +139,49 @@ class AppTxn:
     last_updated: int
 
 
-Action = Protocol | DatabaseMeta | TableMeta | AddFile | RemoveFile | DropTable | AppTxn
+@dataclass(frozen=True)
+class Export:
+    """A named version of the database: an export to ``target``, or a tag (format version 2).
+
+    ``mode`` is one of :data:`EXPORT_MODES`. ``tables`` names the exported
+    tables as of ``version`` (None: all of them). A ``partial`` export shares
+    the files that were already live at version ``since`` and copied the
+    rest. While it is live, a ``minimal``, ``partial`` or ``tag`` export keeps
+    its version readable and the files it shares from vacuum and expiry.
+    """
+
+    name: str
+    version: int
+    mode: str
+    target: str | None
+    tables: tuple[str, ...] | None
+    since: int | None
+    created_time: int
+
+    @property
+    def protects(self) -> bool:
+        """Whether the export keeps its version and files from expiry and vacuum."""
+        return self.mode != "full"
+
+
+@dataclass(frozen=True)
+class DropExport:
+    """The named export or tag ends: what it kept may now be expired and vacuumed."""
+
+    name: str
+
+
+Action = (
+    Protocol
+    | DatabaseMeta
+    | TableMeta
+    | AddFile
+    | RemoveFile
+    | DropTable
+    | AppTxn
+    | Export
+    | DropExport
+)
 
 
 @dataclass(frozen=True)
@@ -217,6 +268,20 @@ def action_to_json(action: Action | CommitInfo) -> dict[str, Any]:
                     "lastUpdated": action.last_updated,
                 }
             }
+        case Export():
+            return {
+                "export": {
+                    "name": action.name,
+                    "version": action.version,
+                    "mode": action.mode,
+                    "target": action.target,
+                    "tables": None if action.tables is None else list(action.tables),
+                    "since": action.since,
+                    "createdTime": action.created_time,
+                }
+            }
+        case DropExport():
+            return {"dropExport": {"name": action.name}}
     raise TypeError(f"not an action: {action!r}")
 
 
@@ -279,10 +344,51 @@ def _table_id(obj: dict[str, Any], name: str = "tableId") -> str:
 
 def _data_path(table_id: str, path: str) -> str:
     try:
-        check_key(f"tables/{table_id}/{path}")
+        if is_external_path(path):
+            external_location(table_id, path)
+        else:
+            check_key(f"tables/{table_id}/{path}")
     except Exception as exc:
         raise _Bad(f"invalid data file path {path!r}: {exc}") from None
     return path
+
+
+#: Store URI schemes an absolute data path may name (those ``open_store`` opens).
+EXTERNAL_SCHEMES = frozenset(
+    {"file", "memory", "s3", "s3a", "az", "azure", "abfs", "abfss", "gs", "gcs"}
+)
+_EXTERNAL = re.compile(r"([a-z][a-z0-9+.-]*)://")
+
+
+def is_external_path(path: str) -> bool:
+    """Whether a data path is an absolute URI (a file of another database, §11.6).
+
+    A relative path never holds ``//`` (an empty segment), so the two cannot be mixed up.
+    """
+    return "://" in path
+
+
+def external_location(table_id: str, path: str) -> tuple[str, str]:
+    """Split an absolute data path into (store root URI, key under that root).
+
+    The root is everything before the last ``/tables/<table_id>/``; the key is
+    ``tables/<table_id>/`` and the rest, as is (docs/format.md §11.6).
+
+    Raises:
+        ValueError: the path is not a well-formed absolute data path of that table.
+    """
+    match = _EXTERNAL.match(path)
+    if match is None or match.group(1) not in EXTERNAL_SCHEMES:
+        raise ValueError("an absolute data path must start with a store URI scheme")
+    marker = f"/tables/{table_id}/"
+    cut = path.rfind(marker)
+    if cut <= match.end():
+        raise ValueError(f"an absolute data path must hold {marker.lstrip('/')}")
+    root, key = path[:cut], path[cut + 1 :]
+    if any(ch in "\\?#" or ord(ch) < 32 for ch in root):
+        raise ValueError("the store root of an absolute data path holds forbidden characters")
+    check_key(key)
+    return root, key
 
 
 def _str_dict(obj: Any, what: str, allow_none: bool = False) -> dict[str, Any]:
@@ -367,7 +473,48 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
         return DropTable(_table_id(body), _get(body, "name", str))
     if kind == "txn":
         return AppTxn(_get(body, "appId", str), _count(body, "version"), _ms(body, "lastUpdated"))
+    if kind == "export":
+        return _export(body)
+    if kind == "dropExport":
+        return DropExport(_export_name(body))
     raise _Bad(f"unknown action {kind!r}")
+
+
+_EXPORT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,127}\Z")
+
+
+def _export_name(body: dict[str, Any]) -> str:
+    name: str = _get(body, "name", str)
+    if not _EXPORT_NAME.match(name):
+        raise _Bad(f"invalid export name {name!r}")
+    return name
+
+
+def _export(body: dict[str, Any]) -> Export:
+    mode = _get(body, "mode", str)
+    if mode not in EXPORT_MODES:
+        raise _Bad(f"unknown export mode {mode!r}")
+    target = _get(body, "target", str, optional=True)
+    if (target is None) != (mode == "tag"):
+        raise _Bad("an export has a target, a tag has none")
+    tables = _get(body, "tables", list, optional=True)
+    if tables is not None and not all(isinstance(t, str) for t in tables):
+        raise _Bad("export tables must be a list of table names")
+    version = _count(body, "version")
+    since = _count(body, "since", optional=True)
+    if (since is None) != (mode != "partial"):
+        raise _Bad("a partial export has a since version, other modes none")
+    if since is not None and since > version:
+        raise _Bad("an export's since version is after its version")
+    return Export(
+        name=_export_name(body),
+        version=version,
+        mode=mode,
+        target=target,
+        tables=None if tables is None else tuple(tables),
+        since=since,
+        created_time=_ms(body, "createdTime"),
+    )
 
 
 def decode_commit(key: str, version: int, data: bytes) -> Commit:

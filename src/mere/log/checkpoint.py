@@ -25,6 +25,7 @@ from mere.log.actions import (
     AddFile,
     AppTxn,
     DatabaseMeta,
+    Export,
     Protocol,
     TableMeta,
     _Bad,
@@ -47,7 +48,13 @@ CHECKPOINT_SCHEMA = pa.schema(
         pa.field("payload", pa.string()),
     ]
 )
-_KINDS = {Protocol: "protocol", DatabaseMeta: "database", TableMeta: "metadata", AppTxn: "txn"}
+_KINDS = {
+    Protocol: "protocol",
+    DatabaseMeta: "database",
+    TableMeta: "metadata",
+    AppTxn: "txn",
+    Export: "export",
+}
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,10 @@ class CheckpointData:
 def encode_checkpoint(version: int, timestamp: int, actions: Iterable[Action]) -> bytes:
     """Serialize the live actions of a version into checkpoint bytes."""
     cols: dict[str, list[object]] = {f.name: [] for f in CHECKPOINT_SCHEMA}
+    fmt = FORMAT_VERSION
     for a in actions:
+        if isinstance(a, Protocol):
+            fmt = a.format_version  # a database still at an older format keeps it readable
         row: dict[str, object] = dict.fromkeys(cols)
         if isinstance(a, AddFile):
             row.update(
@@ -84,7 +94,7 @@ def encode_checkpoint(version: int, timestamp: int, actions: Iterable[Action]) -
         {
             "mere.version": str(version),
             "mere.timestamp": str(timestamp),
-            "mere.formatVersion": str(FORMAT_VERSION),
+            "mere.formatVersion": str(fmt),
         }
     )
     sink = pa.BufferOutputStream()

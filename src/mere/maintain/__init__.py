@@ -1,4 +1,4 @@
-"""Maintenance verbs: history, restore, compact, vacuum, expire, checkpoint, export.
+"""Maintenance verbs: history, restore, compact, vacuum, expire, checkpoint, export, tags.
 
 Each verb is a function taking the :class:`~mere.database.Database` (or a
 table name) in its own module; ``Database`` and ``Table`` expose them as
@@ -12,7 +12,17 @@ from mere.maintain.common import DataFileMissing, RetentionTooShort
 from mere.maintain.compact import CompactResult, compact
 from mere.maintain.delta import DeltaExportError, DeltaExportResult, export_delta
 from mere.maintain.expire import DEFAULT_LOG_RETENTION, ExpireResult, expire
-from mere.maintain.export import ExportResult, ExportTargetExists, export
+from mere.maintain.export import (
+    ExportExists,
+    ExportInfo,
+    ExportNotFound,
+    ExportResult,
+    ExportTargetExists,
+    drop_export,
+    export,
+    list_exports,
+    tag,
+)
 from mere.maintain.history import history
 from mere.maintain.restore import RestoreResult, restore
 from mere.maintain.vacuum import DEFAULT_RETENTION, VacuumResult, vacuum
@@ -28,6 +38,9 @@ __all__ = [
     "DeltaExportError",
     "DeltaExportResult",
     "ExpireResult",
+    "ExportExists",
+    "ExportInfo",
+    "ExportNotFound",
     "ExportResult",
     "ExportTargetExists",
     "RestoreResult",
@@ -35,11 +48,14 @@ __all__ = [
     "VacuumResult",
     "checkpoint",
     "compact",
+    "drop_export",
     "expire",
     "export",
     "export_delta",
     "history",
+    "list_exports",
     "parse_duration",
     "restore",
+    "tag",
     "vacuum",
 ]

@@ -15,11 +15,22 @@ A retention shorter than a minimum is refused unless forced: files younger
 than the retention may belong to a transaction that has not committed yet,
 and a transaction pinned to an expired version could try to create a commit
 slot expiry freed. The minimum must exceed the longest a transaction runs.
+
+**Named exports and tags** (:mod:`mere.maintain.export`) keep more: while a
+``minimal``, ``partial`` or ``tag`` export is live, expiry keeps its version
+readable (a checkpoint at it) and vacuum keeps the data files it shares,
+whatever the retention. Both learn the live exports from the log
+(:class:`Protection`), and both read the log again before any deletion once
+their last look is older than :data:`LOG_RECHECK_SECONDS`, so an export
+registered while they run is honoured within that time; the exporter waits
+:data:`EXPORT_SETTLE_SECONDS` before it checks that what it shares is still
+there.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -30,6 +41,7 @@ from mere.errors import (  # noqa: F401 (re-exported)
     RetentionTooShort,
     VersionNotFound,
 )
+from mere.log.actions import AddFile, Commit, Export, TableMeta, is_external_path
 from mere.log.log import Log
 from mere.properties import (  # re-exported: maintenance is where users meet them
     MIN_RETENTION_PROPERTY,
@@ -37,7 +49,16 @@ from mere.properties import (  # re-exported: maintenance is where users meet th
 )
 
 if TYPE_CHECKING:
+    from mere.snapshot.state import DatabaseState
     from mere.txn.context import DatabaseContext
+
+#: Vacuum and expiry read the log again before a deletion when their last look
+#: at it is older than this (seconds): an export registered meanwhile is honoured.
+LOG_RECHECK_SECONDS = 0.5
+#: How long an exporter waits, after registering an export that shares what a
+#: running vacuum or expiry may not know to keep, before it checks that all of it
+#: is still there: longer than :data:`LOG_RECHECK_SECONDS` plus a deletion.
+EXPORT_SETTLE_SECONDS = 1.5
 
 
 def check_retention(
@@ -98,3 +119,127 @@ def readable_range(db: DatabaseContext) -> tuple[int, int]:
     if oldest is None:
         raise VersionNotFound(f"no version of the database at {db.uri} can be rebuilt")
     return min(oldest, latest), latest
+
+
+# --- what live exports keep ----------------------------------------------------------------
+
+
+def kept_versions(export: Export) -> list[int]:
+    """The versions a live export keeps readable: its own, and a partial export's ``since``."""
+    if not export.protects:
+        return []
+    return sorted({export.version, *([export.since] if export.since is not None else [])})
+
+
+def exported_tables(state: DatabaseState, export: Export) -> list[TableMeta]:
+    """The tables an export covers, as of its version (every table when it names none)."""
+    if export.tables is None:
+        return sorted((t.meta for t in state.tables.values()), key=lambda m: m.name)
+    found = []
+    for name in export.tables:
+        table = state.table_by_name(name)
+        if table is None:
+            raise VersionNotFound(
+                f"export {export.name!r} names table {name!r}, which does not exist at "
+                f"version {state.version}"
+            )
+        found.append(table.meta)
+    return found
+
+
+def shared_files(
+    state: DatabaseState,
+    since: DatabaseState | None,
+    tables: Iterable[TableMeta],
+) -> list[tuple[TableMeta, AddFile]]:
+    """The live files of ``tables`` at ``state`` that an export shares with its source.
+
+    Without ``since`` (a minimal export, a tag): every one. With it (a partial
+    export): those the same table already had at version ``since``.
+    """
+    shared = []
+    for meta in tables:
+        earlier = since.tables.get(meta.id) if since is not None else None
+        for path, add in state.tables[meta.id].files.items():
+            if since is None or (earlier is not None and path in earlier.files):
+                shared.append((meta, add))
+    return shared
+
+
+class Protection:
+    """The data files live exports keep, by key, with the names of the exports keeping them.
+
+    Built from the log: :meth:`add_state` takes the exports live in a state,
+    :meth:`add_commits` those that commits register (an export dropped later
+    stays protected for the rest of the run: erring on keeping).
+    """
+
+    def __init__(self, db: DatabaseContext) -> None:
+        self.db = db
+        self.by_key: dict[str, set[str]] = {}
+        self.exports: dict[str, Export] = {}
+
+    def add(self, export: Export) -> None:
+        """Keep what ``export`` shares (a no-op for a full export, or one seen before).
+
+        Raises:
+            VersionNotFound: a version the export needs cannot be rebuilt; the
+                caller must delete nothing then.
+        """
+        if not export.protects or self.exports.get(export.name) == export:
+            return
+        try:
+            state = self.db.state_at(export.version)
+            since = self.db.state_at(export.since) if export.since is not None else None
+            tables = exported_tables(state, export)
+        except VersionNotFound as exc:
+            raise VersionNotFound(
+                f"cannot tell which data files export {export.name!r} keeps: {exc}",
+                help=f"drop the export (drop_export({export.name!r})) if it is no longer needed",
+            ) from exc
+        self.exports[export.name] = export
+        for meta, add in shared_files(state, since, tables):
+            if not is_external_path(add.path):
+                self.by_key.setdefault(meta.prefix + add.path, set()).add(export.name)
+
+    def add_state(self, state: DatabaseState) -> None:
+        for export in state.exports.values():
+            self.add(export)
+
+    def add_commits(self, commits: Iterable[Commit]) -> None:
+        for commit in commits:
+            for action in commit.actions:
+                if isinstance(action, Export):
+                    self.add(action)
+
+    def keeping(self, key: str) -> set[str]:
+        """The names of the exports that keep ``key`` (empty: none)."""
+        return self.by_key.get(key, set())
+
+
+class LogWatch:
+    """Reads the commits that land while a maintenance verb runs.
+
+    ``stale`` says when the last look is older than :data:`LOG_RECHECK_SECONDS`:
+    a deletion must not be issued then before looking again.
+    """
+
+    def __init__(self, db: DatabaseContext, seen: int, looked: float) -> None:
+        self.db = db
+        self.seen = seen
+        self.looked = looked  # monotonic time the last look started
+
+    @property
+    def stale(self) -> bool:
+        return time.monotonic() - self.looked > LOG_RECHECK_SECONDS
+
+    def new_commits(self) -> list[Commit]:
+        """The commits after the last one seen (read now)."""
+        started = time.monotonic()
+        newest = self.db.log.latest_version()
+        commits: list[Commit] = []
+        if newest is not None and newest > self.seen:
+            commits = self.db.log.read_commits(self.seen + 1, newest)
+            self.seen = newest
+        self.looked = started
+        return commits

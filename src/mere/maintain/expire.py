@@ -13,6 +13,15 @@ crash at any point leaves a readable log: the remaining commits are a
 contiguous suffix, and the checkpoint at R was written first. Afterwards
 versions below R raise :class:`~mere.errors.VersionNotFound` naming R.
 
+A live ``minimal``, ``partial`` or ``tag`` export keeps its version (and a
+partial export its ``since`` version) readable below R: expiry writes a
+checkpoint there first if none exists, and never deletes it until the export
+is dropped. Such a version is an island: the commits around it go, the
+checkpoint stays, and reading it by version or by the export's name works.
+Before any deletion, when its last look at the log is older than
+:data:`~mere.maintain.common.LOG_RECHECK_SECONDS`, expiry reads the commits
+that landed meanwhile and spares what exports registered there keep.
+
 Why a minimum retention also applies here: a transaction pinned to a version
 V tries to create commit V+1. Were V+1 expired, the create would succeed, so
 a transaction must not run longer than the minimum retention.
@@ -20,14 +29,19 @@ a transaction must not run longer than the minimum retention.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from mere.log.actions import Export
 from mere.log.keys import LOG_PREFIX, checkpoint_key, parse_log_key
 from mere.maintain.checkpoint import write_checkpoint
 from mere.maintain.common import (
+    LogWatch,
+    VersionNotFound,
     check_retention,
+    kept_versions,
     now_seconds,
     oldest_retained_version,
     readable_range,
@@ -55,6 +69,11 @@ class ExpireResult:
     commits_deleted: int
     checkpoints_deleted: int
     keys: list[str] = field(default_factory=list)
+    #: Checkpoints below the oldest retained version kept (or, for the versions
+    #: in ``export_checkpoints_written``, written) for live exports: name -> keys.
+    kept_for_exports: dict[str, list[str]] = field(default_factory=dict)
+    #: Versions of live exports a checkpoint was written at, to keep them readable.
+    export_checkpoints_written: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly form (for ``--json``)."""
@@ -85,14 +104,43 @@ def expire(
     """
     check_retention(db, retention, force=force, min_retention=min_retention, verb="expire")
     cutoff_ms = int((now_seconds(now) - retention.total_seconds()) * 1000)
+    looked = time.monotonic()
     oldest, latest = readable_range(db)
     keep = oldest_retained_version(db.log, oldest, latest, cutoff_ms)
+
+    # Versions below ``keep`` that live exports keep readable: version -> export names.
+    islands: dict[int, set[str]] = {}
+
+    def note(export: Export) -> None:
+        for version in kept_versions(export):
+            if version < keep:
+                islands.setdefault(version, set()).add(export.name)
+
+    for export in db.state_at(latest).exports.values():
+        note(export)
 
     written: int | None = None
     if not db.store.exists(checkpoint_key(keep)) and keep > 0:
         written = keep
         if not dry_run:
             write_checkpoint(db, db.state_at(keep))
+    islands_written: list[int] = []
+    for version in sorted(islands):
+        if db.store.exists(checkpoint_key(version)):
+            continue
+        islands_written.append(version)
+        if dry_run:
+            continue
+        try:
+            state = db.state_at(version)
+        except VersionNotFound as exc:
+            owners = ", ".join(sorted(islands[version]))
+            raise VersionNotFound(
+                f"export {owners} is at version {version}, which can no longer be rebuilt "
+                f"({exc}); nothing was expired",
+                help="drop the export if it is no longer needed",
+            ) from exc
+        write_checkpoint(db, state)
 
     commits: list[str] = []
     checkpoints: list[str] = []
@@ -100,20 +148,43 @@ def expire(
         parsed = parse_log_key(meta.key)
         if parsed is None or parsed[0] >= keep:
             continue
+        if parsed[1] == "checkpoint" and parsed[0] in islands:
+            continue
         (commits if parsed[1] == "commit" else checkpoints).append(meta.key)
     doomed = sorted(commits) + sorted(checkpoints)  # oldest commits first, then checkpoints
-    if not dry_run:
+    deleted: list[str] = []
+    if dry_run:
+        deleted = doomed
+    else:
+        watch = LogWatch(db, latest, looked)
         with progress("expiring log entries", len(doomed)) as advance:
-            for key in doomed:
+            for i, key in enumerate(doomed):
+                if i == 0 or watch.stale:
+                    # An export registered meanwhile keeps its version's checkpoint.
+                    for commit in watch.new_commits():
+                        for action in commit.actions:
+                            if isinstance(action, Export):
+                                note(action)
+                parsed = parse_log_key(key)
+                if parsed is not None and parsed[1] == "checkpoint" and parsed[0] in islands:
+                    continue
                 db.store.delete(key)
+                deleted.append(key)
                 advance(1)
+    commit_keys = set(commits)
+    kept: dict[str, list[str]] = {}
+    for version, names in islands.items():
+        for name in names:
+            kept.setdefault(name, []).append(checkpoint_key(version))
     return ExpireResult(
         dry_run=dry_run,
         retention_seconds=retention.total_seconds(),
         latest_version=latest,
         oldest_version=keep,
         checkpoint_written=written,
-        commits_deleted=len(commits),
-        checkpoints_deleted=len(checkpoints),
-        keys=doomed,
+        commits_deleted=sum(1 for key in deleted if key in commit_keys),
+        checkpoints_deleted=sum(1 for key in deleted if key not in commit_keys),
+        keys=deleted,
+        kept_for_exports={name: sorted(keys) for name, keys in sorted(kept.items())},
+        export_checkpoints_written=islands_written,
     )

@@ -20,8 +20,17 @@ commit. Commits that land while vacuum runs are read before each batch of
 deletions, and files they add are spared; that also covers a concurrent
 restore re-adding an old file.
 
+Files a live ``minimal``, ``partial`` or ``tag`` export shares
+(:mod:`mere.maintain.export`) are kept whatever the retention, until the
+export is dropped; the result names them with the exports keeping them.
+Before any deletion, when its last look at the log is older than
+:data:`~mere.maintain.common.LOG_RECHECK_SECONDS`, vacuum reads the commits
+that landed meanwhile (an export registered while it runs is then honoured).
+
 Vacuum never touches ``_log/`` (see :mod:`mere.maintain.expire`) and nothing
-outside the database root: it only lists and deletes keys of its own store.
+outside the database root: it only lists and deletes keys of its own store
+(the absolute data paths of an export's target name its source's files, never
+deleted from there).
 On a local store it also sweeps ``.mere-tmp-*`` leftovers of killed writers
 older than the retention.
 """
@@ -34,8 +43,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from mere.log.actions import Action, AddFile
+from mere.log.actions import Action, AddFile, is_external_path
 from mere.maintain.common import (
+    LogWatch,
+    Protection,
     check_retention,
     now_seconds,
     oldest_retained_version,
@@ -70,10 +81,18 @@ class VacuumResult:
     files_kept_young: int
     temp_files_deleted: int
     keys: list[str] = field(default_factory=list)
+    #: Files no retained version needs, kept because live exports share them:
+    #: export name -> the keys it keeps.
+    kept_for_exports: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def files_kept_for_exports(self) -> int:
+        """How many distinct files exports kept."""
+        return len({key for keys in self.kept_for_exports.values() for key in keys})
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly form (for ``--json``)."""
-        return asdict(self)
+        return {**asdict(self), "files_kept_for_exports": self.files_kept_for_exports}
 
 
 def vacuum(
@@ -97,20 +116,37 @@ def vacuum(
 
     Raises:
         RetentionTooShort: below the minimum without ``force``.
+        VersionNotFound: a live export's version cannot be rebuilt, so what it
+            shares is unknown (nothing was deleted).
     """
     check_retention(db, retention, force=force, min_retention=min_retention, verb="vacuum")
     cutoff = now_seconds(now) - retention.total_seconds()
+    looked = time.monotonic()
     oldest, latest = readable_range(db)
     keep_from = oldest_retained_version(db.log, oldest, latest, int(cutoff * 1000))
     referenced = _keys(db.state_at(keep_from).tables.values())
     if latest > keep_from:
         for commit in db.log.read_commits(keep_from + 1, latest):
             referenced.update(_added(commit.actions))
+    protection = Protection(db)
+    protection.add_state(db.state_at(latest))
+    watch = LogWatch(db, latest, looked)
+
+    kept: dict[str, set[str]] = {}
+
+    def spared(key: str) -> bool:
+        """Whether a retained version or a live export needs ``key`` (noting the export)."""
+        if key in referenced:
+            return True
+        names = protection.keeping(key)
+        for name in names:
+            kept.setdefault(name, set()).add(key)
+        return bool(names)
 
     candidates: list[tuple[str, int]] = []
     young = 0
     for meta in db.store.list(DATA_PREFIX):
-        if meta.key in referenced:
+        if spared(meta.key):
             continue
         if meta.modified < cutoff:
             candidates.append((meta.key, meta.size))
@@ -118,18 +154,18 @@ def vacuum(
             young += 1
 
     deleted: list[tuple[str, int]] = []
-    seen = latest
     with progress("vacuuming data files", 0 if dry_run else len(candidates)) as advance:
         for start in range(0, len(candidates), DELETE_BATCH):
-            # Commits that landed meanwhile may reference a candidate (a restore): spare it.
-            newest = db.log.latest_version()
-            if newest is not None and newest > seen:
-                for commit in db.log.read_commits(seen + 1, newest):
-                    referenced.update(_added(commit.actions))
-                seen = newest
             batch = candidates[start : start + DELETE_BATCH]
-            for key, size in batch:
-                if key in referenced:
+            for i, (key, size) in enumerate(batch):
+                if i == 0 or watch.stale:
+                    # Commits that landed meanwhile may reference a candidate (a restore)
+                    # or register an export sharing it: spare those.
+                    commits = watch.new_commits()
+                    for commit in commits:
+                        referenced.update(_added(commit.actions))
+                    protection.add_commits(commits)
+                if spared(key):
                     continue
                 if not dry_run:
                     db.store.delete(key)
@@ -147,17 +183,27 @@ def vacuum(
         files_kept_young=young,
         temp_files_deleted=temp_files,
         keys=[key for key, _ in deleted],
+        kept_for_exports={name: sorted(keys) for name, keys in sorted(kept.items())},
     )
 
 
 def _keys(tables: Iterable[TableState]) -> set[str]:
     """The keys of the live files of ``tables``."""
-    return {table.meta.prefix + path for table in tables for path in table.files}
+    return {
+        table.meta.prefix + path
+        for table in tables
+        for path in table.files
+        if not is_external_path(path)
+    }
 
 
 def _added(actions: Iterable[Action]) -> set[str]:
     """The keys of the files ``actions`` add."""
-    return {f"tables/{a.table_id}/{a.path}" for a in actions if isinstance(a, AddFile)}
+    return {
+        f"tables/{a.table_id}/{a.path}"
+        for a in actions
+        if isinstance(a, AddFile) and not is_external_path(a.path)
+    }
 
 
 def _sweep_temp_files(db: DatabaseContext, cutoff: float, dry_run: bool) -> int:

@@ -8,26 +8,33 @@ current costs work proportional to the new commits, not to the database.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from mere.errors import CorruptLog
 from mere.log.actions import (
+    EXPORTS_FORMAT_VERSION,
     Action,
     AddFile,
     AppTxn,
     Commit,
     DatabaseMeta,
+    DropExport,
     DropTable,
+    Export,
     Protocol,
     RemoveFile,
     TableMeta,
+    is_external_path,
 )
 from mere.log.checkpoint import CheckpointData
 from mere.log.keys import checkpoint_key, commit_key
 from mere.names import name_key
 
 _EMPTY: Mapping[str, AddFile] = MappingProxyType({})
+_NO_EXPORTS: Mapping[str, Export] = MappingProxyType({})
+#: Database property allowing absolute data paths (a minimal or partial export, §11.6).
+EXTERNAL_FILES_PROPERTY = "mere.externalFiles"
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,12 @@ class DatabaseState:
     tables: Mapping[str, TableState]  # table id -> state
     names: Mapping[str, str]  # name_key(name) -> table id
     app_txns: Mapping[str, AppTxn]
+    #: Live named exports and tags: name_key(name) -> the export action.
+    exports: Mapping[str, Export] = field(default_factory=lambda: _NO_EXPORTS)
+
+    def export_by_name(self, name: str) -> Export | None:
+        """The live export or tag named ``name`` (ignoring case), if any."""
+        return self.exports.get(name_key(name))
 
     def table_by_name(self, name: str) -> TableState | None:
         table_id = self.names.get(name_key(name))
@@ -105,6 +118,7 @@ class DatabaseState:
             yield table.meta
             yield from table.files.values()
         yield from self.app_txns.values()
+        yield from self.exports.values()
 
     @staticmethod
     def from_checkpoint(checkpoint: CheckpointData) -> DatabaseState:
@@ -137,6 +151,7 @@ def _apply(
     tables = dict(state.tables)
     names = dict(state.names)
     app_txns: dict[str, AppTxn] | None = None
+    exports: dict[str, Export] | None = None
     files: dict[str, dict[str, AddFile]] = {}
 
     def table_files(table_id: str, key: str) -> dict[str, AddFile]:
@@ -148,6 +163,8 @@ def _apply(
 
     for key, a in entries:
         if isinstance(a, AddFile):
+            if is_external_path(a.path):
+                _check_external(key, protocol, database, a.path)
             table_files(a.table_id, key)[a.path] = a
         elif isinstance(a, RemoveFile):
             table_files(a.table_id, key).pop(a.path, None)
@@ -170,9 +187,36 @@ def _apply(
             if app_txns is None:
                 app_txns = dict(state.app_txns)
             app_txns[a.app_id] = a
+        elif isinstance(a, Export | DropExport):
+            if protocol.format_version < EXPORTS_FORMAT_VERSION:
+                raise CorruptLog(
+                    key, f"a named export needs format version {EXPORTS_FORMAT_VERSION} or newer"
+                )
+            if exports is None:
+                exports = dict(state.exports)
+            if isinstance(a, DropExport):
+                if exports.pop(name_key(a.name), None) is None:
+                    raise CorruptLog(key, f"drop of unknown export {a.name!r}")
+                continue
+            if name_key(a.name) in exports:
+                raise CorruptLog(key, f"two exports named {a.name!r}")
+            if a.version >= version:
+                raise CorruptLog(
+                    key, f"export {a.name!r} of version {a.version}, not yet committed"
+                )
+            exports[name_key(a.name)] = a
         elif isinstance(a, Protocol):
             protocol = a
         elif isinstance(a, DatabaseMeta):
+            if (
+                database is not None
+                and database.properties.get(EXTERNAL_FILES_PROPERTY) == "true"
+                and a.properties.get(EXTERNAL_FILES_PROPERTY) != "true"
+                and _holds_external_files(tables, files)
+            ):
+                raise CorruptLog(
+                    key, f"{EXTERNAL_FILES_PROPERTY} removed while absolute data paths are live"
+                )
             database = a
     for table_id, live in files.items():
         if table_id in tables:
@@ -185,4 +229,27 @@ def _apply(
         tables=MappingProxyType(tables),
         names=MappingProxyType(names),
         app_txns=MappingProxyType(app_txns) if app_txns is not None else state.app_txns,
+        exports=MappingProxyType(exports) if exports is not None else state.exports,
     )
+
+
+def _check_external(key: str, protocol: Protocol, database: DatabaseMeta | None, path: str) -> None:
+    """An absolute data path is valid only where the database allows them (§11.6)."""
+    if protocol.format_version < EXPORTS_FORMAT_VERSION:
+        raise CorruptLog(
+            key, f"absolute data path {path!r} needs format version {EXPORTS_FORMAT_VERSION}"
+        )
+    if database is None or database.properties.get(EXTERNAL_FILES_PROPERTY) != "true":
+        raise CorruptLog(
+            key, f"absolute data path {path!r} in a database without {EXTERNAL_FILES_PROPERTY}=true"
+        )
+
+
+def _holds_external_files(
+    tables: Mapping[str, TableState], files: Mapping[str, Mapping[str, AddFile]]
+) -> bool:
+    for table_id, table in tables.items():
+        live = files.get(table_id, table.files)
+        if any(is_external_path(path) for path in live):
+            return True
+    return False

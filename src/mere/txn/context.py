@@ -46,8 +46,14 @@ class DatabaseContext(Protocol):
         """The state at ``version`` (from the nearest checkpoint and cache)."""
         ...
 
-    def snapshot(self, version: int | None = None, timestamp: Moment | None = None) -> Snapshot:
-        """Every table at one version: the latest, a given version, or as of a time."""
+    def snapshot(
+        self, version: int | str | None = None, timestamp: Moment | None = None
+    ) -> Snapshot:
+        """Every table at one version: the latest, a given one or named one, or as of a time."""
+        ...
+
+    def after_commit(self, state: DatabaseState) -> None:
+        """What follows a commit this client made (state cache, hint, checkpoint when due)."""
         ...
 
     def begin(
