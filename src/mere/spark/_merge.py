@@ -2,8 +2,10 @@
 
 The builder and its semantics are those of the one-machine MERGE
 (:class:`mere.ops.merge.TableMerger`, which binds and checks every
-expression here too, against the DataFrame's schema). What changes is where
-the work happens:
+expression here too, against the DataFrame's schema, and builds the
+:class:`~mere.ops.merge.MergePlan` this module runs: its public fields and
+functions are all the executors see, shipped to them pickled). What changes
+is where the work happens:
 
 1. Executors evaluate the source's join keys with mere's evaluator (the
    key's common type, NULL for keys that never match: NULL or NaN) and
@@ -32,7 +34,6 @@ nanosecond timestamps is refused (Spark keeps microseconds).
 
 from __future__ import annotations
 
-import copy
 import pickle
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -53,11 +54,13 @@ from mere.log.actions import AddFile, TableMeta
 from mere.ops.merge import (
     IN_LIST_LIMIT,
     MergeMetrics,
+    MergePlan,
     TableMerger,
-    _all_valid,
-    _as_chunked,
-    _first_clause,
-    _key_filters,
+    all_valid,
+    as_chunked,
+    choose_files,
+    first_clause,
+    key_filters,
     multiple_matches,
 )
 from mere.ops.rewrite import match_mask
@@ -83,7 +86,7 @@ _IDS = ["__sid", "__file", "__row", "__action"]
 
 @dataclass(frozen=True)
 class _Job:
-    """What the executors need: the bound merge (without its transaction) and the layouts.
+    """What the executors need: the merge's plan (no transaction, no rows) and the layouts.
 
     Rows cross Spark under positional names: ``__t<i>`` for target columns,
     ``__s<i>`` for source columns, ``__sk<j>``/``__tk<j>`` for the join keys.
@@ -91,9 +94,12 @@ class _Job:
 
     uri: str
     table: TableMeta
-    merger: TableMerger  # detached: no transaction, an empty source
-    source_schema: pa.Schema  # the source as the merger bound it (original names)
-    key_types: tuple[pa.DataType, ...]
+    plan: MergePlan
+    source_schema: pa.Schema  # the DataFrame's schema in Arrow types (original names)
+
+    @property
+    def key_types(self) -> tuple[pa.DataType, ...]:
+        return self.plan.key_types
 
     @property
     def target_wire(self) -> pa.Schema:
@@ -134,10 +140,10 @@ def _encode(table: pa.Table, wire: pa.Schema) -> list[pa.ChunkedArray]:
 def _keys(job: _Job, exprs: list[sqlexpr.Expr], rows: pa.Table) -> list[pa.ChunkedArray]:
     """The join keys of ``rows``, NULL where some key of the row never matches (NULL, NaN)."""
     keys = [
-        _as_chunked(sqlexpr.evaluate(e, rows)).cast(t)
+        as_chunked(sqlexpr.evaluate(e, rows)).cast(t)
         for e, t in zip(exprs, job.key_types, strict=True)
     ]
-    valid = _all_valid(keys, rows.num_rows)
+    valid = all_valid(keys, rows.num_rows)
     return [pc.if_else(valid, k, pa.scalar(None, k.type)) for k in keys]
 
 
@@ -161,15 +167,15 @@ def _check_spark_exact(schema: pa.Schema) -> None:
 
 def _prepare_source(job: _Job, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Source rows under wire names, with their join keys evaluated by mere (``__sk<j>``)."""
-    m = job.merger
+    plan = job.plan
     names = job.source_schema.names
     source_wire, key_wire = job.source_wire, job.key_wire("__sk")
     out = pa.schema(list(source_wire) + list(key_wire))
     for batch in batches:
         raw = pa.Table.from_batches([batch])
         table = pa.Table.from_arrays(raw.columns, names=names).cast(job.source_schema)
-        prefixed = pa.Table.from_arrays(table.columns, schema=m._source_schema)
-        keys = _keys(job, [k.source_key for k in m._keys], prefixed)
+        prefixed = pa.Table.from_arrays(table.columns, schema=plan.prefixed_source_schema)
+        keys = _keys(job, [k.source_key for k in plan.keys], prefixed)
         columns = _encode(table, source_wire)
         columns += _encode(pa.Table.from_arrays(keys, schema=_key_schema(job)), key_wire)
         yield from pa.Table.from_arrays(columns, schema=out).to_batches()
@@ -189,7 +195,7 @@ def _summarize(job: _Job, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Reco
     for batch in batches:
         rows += batch.num_rows
         keys = _decode(pa.Table.from_batches([batch]), key_wire, _key_schema(job))
-        valid = _all_valid(list(keys.columns), keys.num_rows)
+        valid = all_valid(list(keys.columns), keys.num_rows)
         for j, column in enumerate(keys.columns):
             overflowed, seen = state[j]
             if seen is None:
@@ -216,10 +222,10 @@ def _read_target(
     """The rows of ``files[i]`` for each ``i`` of the batches: wire columns, keys, and
     (file number, row number); ``files`` holds (file number, add action as JSON).
     """
-    m, table = job.merger, job.table
+    plan, table = job.plan, job.table
     store = open_store(job.uri)
     target_wire, key_wire = job.target_wire, job.key_wire("__tk")
-    prefixed_schema = pa.schema([m._target_side_field(f) for f in table.schema])
+    prefixed_schema = plan.prefixed_target_schema
     out = _target_rows_schema(job)
     for batch in batches:
         for i in batch.column(0).to_pylist():
@@ -227,7 +233,7 @@ def _read_target(
             start = 0
             for piece in iter_file(store, table, add_from_json(text), table.schema.names):
                 prefixed = pa.Table.from_arrays(piece.columns, schema=prefixed_schema)
-                keys = _keys(job, [k.target_key for k in m._keys], prefixed)
+                keys = _keys(job, [k.target_key for k in plan.keys], prefixed)
                 n = piece.num_rows
                 columns = _encode(piece, target_wire)
                 columns += _encode(pa.Table.from_arrays(keys, schema=_key_schema(job)), key_wire)
@@ -247,30 +253,36 @@ def _target_rows_schema(job: _Job) -> pa.Schema:
 
 def _match(job: _Job, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Joined pairs for which ``on`` is TRUE: ids, the acting clause (-1: none), new rows."""
-    m, schema = job.merger, job.table.schema
+    plan = job.plan
     target_wire, source_wire = job.target_wire, job.source_wire
-    prefixed_target = pa.schema([m._target_side_field(f) for f in schema])
+    prefixed_target, prefixed_source = plan.prefixed_target_schema, plan.prefixed_source_schema
+    joined_schema = plan.joined_schema
     out = _pairs_schema(job)
     for batch in batches:
         rows = pa.Table.from_batches([batch])
         target = _decode(rows, target_wire, prefixed_target)
-        source = _decode(rows, source_wire, m._source_schema)
-        joined = pa.Table.from_arrays(target.columns + source.columns, schema=m._joined_schema)
-        on = match_mask(m._on, joined).combine_chunks()
+        source = _decode(rows, source_wire, prefixed_source)
+        joined = pa.Table.from_arrays(target.columns + source.columns, schema=joined_schema)
+        on = match_mask(plan.on, joined).combine_chunks()
         joined = joined.filter(on)
         ids = rows.select(["__sid", "__file", "__row"]).filter(on)
-        action = _first_clause(m._matched, joined)
+        action = first_clause(plan.matched, joined)
         ids = ids.append_column("__action", action)
-        updates = [k for k, c in enumerate(m._matched) if c.action == "update"]
+        updates = _updates(plan)
         others = ids.filter(pc.invert(pc.is_in(action, pa.array(updates, pa.int64()))))
         nulls = [pa.nulls(others.num_rows, f.type) for f in target_wire]
         pieces = [pa.Table.from_arrays(list(others.columns) + nulls, schema=out)]
         for k in updates:
             chosen = pc.equal(action, k)
-            new = m._new_rows(m._matched[k], joined.filter(chosen), from_target=True)
+            new = plan.new_rows(plan.matched[k], joined.filter(chosen), from_target=True)
             columns = list(ids.filter(chosen).columns) + _encode(new, target_wire)
             pieces.append(pa.Table.from_arrays(columns, schema=out))
         yield from pa.concat_tables(pieces).to_batches()
+
+
+def _updates(plan: MergePlan) -> list[int]:
+    """The positions of the WHEN MATCHED clauses that update (the others delete)."""
+    return [k for k, c in enumerate(plan.matched) if c.action == "update"]
 
 
 def _pairs_schema(job: _Job) -> pa.Schema:
@@ -280,13 +292,14 @@ def _pairs_schema(job: _Job) -> pa.Schema:
 
 def _insert(job: _Job, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The rows WHEN NOT MATCHED clauses insert for unmatched source rows (target names)."""
-    m = job.merger
+    plan = job.plan
     out = spark_arrow_schema(spark_schema(job.table.schema))
+    prefixed_source = plan.prefixed_source_schema
     for batch in batches:
-        source = _decode(pa.Table.from_batches([batch]), job.source_wire, m._source_schema)
-        action = _first_clause(m._not_matched, source)
-        for k, clause in enumerate(m._not_matched):
-            new = m._new_rows(clause, source.filter(pc.equal(action, k)), from_target=False)
+        source = _decode(pa.Table.from_batches([batch]), job.source_wire, prefixed_source)
+        action = first_clause(plan.not_matched, source)
+        for k, clause in enumerate(plan.not_matched):
+            new = plan.new_rows(clause, source.filter(pc.equal(action, k)), from_target=False)
             if new.num_rows:
                 yield from to_spark_table(new, out).to_batches()
 
@@ -329,8 +342,9 @@ class SparkMerger:
         _check_spark_exact(self._meta.schema)
         self._source = source
         self._source_schema = table_schema_from_spark(source.schema)
+        self._table = tx.table(table)
         self._merger = TableMerger(
-            tx.table(table),
+            self._table,
             self._source_schema.empty_table(),
             on,
             source_alias=source_alias,
@@ -378,29 +392,16 @@ class SparkMerger:
                 writing rows (a lossy value, a NULL into a NOT NULL column);
                 the job's files are deleted.
         """
-        m = self._merger
         if self._executed:
             raise InvalidArgument("this merge was already executed; build a new one")
-        if not m._matched and not m._not_matched:
-            raise InvalidArgument(
-                "merge needs at least one when_matched_* or when_not_matched_* clause"
-            )
+        plan = self._merger.plan()  # no clause: InvalidArgument
         self._executed = True
-        return run_statement(self._tx, lambda _: self._run(), autocommit=self._commit)
+        return run_statement(self._tx, lambda _: self._run(plan), autocommit=self._commit)
 
     # --- running it -----------------------------------------------------------------
 
-    def _run(self) -> MergeMetrics:
-        m = self._merger
-        detached = copy.copy(m)
-        detached.__dict__["_table"] = None  # the transaction stays on the driver
-        job = _Job(
-            uri=self._uri,
-            table=self._meta,
-            merger=detached,
-            source_schema=self._source_schema,
-            key_types=tuple(k.source_key.type for k in m._keys),
-        )
+    def _run(self, plan: MergePlan) -> MergeMetrics:
+        job = _Job(uri=self._uri, table=self._meta, plan=plan, source_schema=self._source_schema)
         persisted: list[DataFrame] = []
         try:
             return self._merge(job, persisted)
@@ -409,8 +410,8 @@ class SparkMerger:
                 df.unpersist()
 
     def _merge(self, job: _Job, persisted: list[DataFrame]) -> MergeMetrics:
-        m, tx, spark = self._merger, self._tx, self._spark
-        keys = len(m._keys)
+        plan, tx, spark = job.plan, self._tx, self._spark
+        keys = len(plan.keys)
         source_struct = _struct(pa.schema(list(job.source_wire) + list(job.key_wire("__sk"))))
         source = (
             self._source.mapInArrow(lambda it: _prepare_source(job, it), source_struct)
@@ -435,7 +436,7 @@ class SparkMerger:
             persisted.append(pairs)
 
         # 3. Several actions on one target row are an error; find the touched files.
-        updates = [k for k, c in enumerate(m._matched) if c.action == "update"]
+        updates = _updates(plan)
         touched: list[int] = []
         updated = deleted = 0
         if pairs is not None:
@@ -451,7 +452,7 @@ class SparkMerger:
                 .collect()
             )
             if any(r["acted"] != r["rows"] for r in per_file):
-                raise multiple_matches(m._on_text)
+                raise multiple_matches(plan.on_text)
             touched = sorted(r["__file"] for r in per_file)
             updated = sum(r["updated"] for r in per_file)
             deleted = sum(r["acted"] for r in per_file) - updated
@@ -476,7 +477,7 @@ class SparkMerger:
                 .sortWithinPartitions("__file", "__row")
                 .select(*[F.col(w).alias(n) for w, n in zip(wire_names, names, strict=True)])
             )
-        if m._not_matched:
+        if plan.not_matched:
             unmatched = source
             if pairs is not None:
                 unmatched = source.join(pairs.select("__sid"), "__sid", "left_anti")
@@ -510,7 +511,7 @@ class SparkMerger:
             num_target_files_added=len(adds),
             num_target_files_removed=len(removed),
         )
-        _core.record_operation(tx, self._name, "MERGE", **m.history_parameters(metrics))
+        _core.record_operation(tx, self._name, "MERGE", **plan.history_parameters(metrics))
         return metrics
 
     def _plan(self, job: _Job, source: DataFrame) -> tuple[int, list[AddFile]]:
@@ -519,7 +520,7 @@ class SparkMerger:
         The files are chosen from summaries of the source keys (this job also
         materialises the persisted source).
         """
-        m = self._merger
+        plan = job.plan
         key_columns = [f"__sk{j}" for j in range(len(job.key_types))]
         rows = (
             source.select(*key_columns)
@@ -535,17 +536,22 @@ class SparkMerger:
             return num_source, []
         exact: list[sqlexpr.Expr] = []
         ranged: list[sqlexpr.Expr] = []
-        for j, (key, type_) in enumerate(zip(m._keys, job.key_types, strict=True)):
+        for j, (key, type_) in enumerate(zip(plan.keys, job.key_types, strict=True)):
             parts = [s[j] for s in summaries]
             if any(values is None for _, values in parts):
                 continue
             values = pa.chunked_array([v for _, v in parts], type=type_)
-            in_list, key_range = _key_filters(key.target_column, values)
+            in_list, key_range = key_filters(key.target_column, values)
             if any(overflowed for overflowed, _ in parts):
                 in_list = key_range
             exact += [in_list] if in_list is not None else []
             ranged += [key_range] if key_range is not None else []
-        return num_source, m._plan_filtered(exact, ranged)
+        stage, table_id = self._table.stage, self._table.table_id
+        files = choose_files(
+            plan.file_filters(exact, ranged),
+            lambda where: stage.plan_read(table_id, None, where)[1],
+        )
+        return num_source, files
 
     def _read_target(self, job: _Job, files: list[tuple[int, AddFile]]) -> DataFrame:
         """The rows of ``files`` (numbered as given), read by mere's reader on the executors."""
