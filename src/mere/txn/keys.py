@@ -44,23 +44,38 @@ def describe_keys(keys: pa.Table, limit: int = SHOWN_KEYS) -> str:
     return shown + more
 
 
+def _counted(keys: pa.Table) -> pa.Table:
+    """Each distinct key value of ``keys`` with ``count_all``, how often it occurs."""
+    names = keys.column_names
+    if len(names) == 1:  # hash counting, much faster than a group-by for one column
+        counts = pc.value_counts(keys.column(0).combine_chunks())
+        return pa.table({names[0]: counts.field("values"), "count_all": counts.field("counts")})
+    return keys.group_by(names, use_threads=False).aggregate([([], "count_all")])
+
+
 def duplicates_within(keys: pa.Table) -> pa.Table:
     """The key values that occur more than once in ``keys``."""
     if keys.num_rows < 2:
         return keys.slice(0, 0)
-    names = keys.column_names
-    counted = keys.group_by(names, use_threads=False).aggregate([([], "count_all")])
-    return counted.filter(pc.greater(counted["count_all"], 1)).select(names)
+    counted = _counted(keys)
+    return counted.filter(pc.greater(counted["count_all"], 1)).select(keys.column_names)
+
+
+def semi_join(left: pa.Table, right: pa.Table, *, anti: bool = False) -> pa.Table:
+    """The rows of ``left`` whose key is (``anti``: is not) among ``right``'s (same columns)."""
+    names = left.column_names
+    if len(names) == 1:
+        inside = pc.is_in(left.column(0), value_set=pc.unique(right.column(0).combine_chunks()))
+        return left.filter(pc.invert(inside) if anti else inside)
+    kind = "left anti" if anti else "left semi"
+    return left.join(right.select(names), names, join_type=kind, use_threads=False)
 
 
 def intersect(left: pa.Table, right: pa.Table) -> pa.Table:
     """The distinct key values present in both tables (same columns)."""
     if left.num_rows == 0 or right.num_rows == 0:
         return left.slice(0, 0)
-    names = left.column_names
-    right = right.group_by(names, use_threads=False).aggregate([])
-    joined = left.join(right, names, join_type="left semi", use_threads=False)
-    return joined.group_by(names, use_threads=False).aggregate([]).select(names)
+    return _counted(semi_join(left, right)).select(left.column_names)
 
 
 def key_counts(
@@ -72,9 +87,7 @@ def key_counts(
         return pa.table({**{c: keys.column(c).slice(0, 0) for c in columns}, "count_all": []})
     plan = plan_scan(meta, columns, _range_filter(columns[0], keys.column(0)))
     found = scan_files(store, plan, plan.select(files)).select(columns).cast(keys.schema)
-    wanted = keys.group_by(columns, use_threads=False).aggregate([])
-    hits = found.join(wanted, columns, join_type="left semi", use_threads=False)
-    return hits.group_by(columns, use_threads=False).aggregate([([], "count_all")])
+    return _counted(semi_join(found, keys))
 
 
 def present_keys(
@@ -147,4 +160,5 @@ __all__ = [
     "key_columns",
     "present_keys",
     "refuse_duplicates",
+    "semi_join",
 ]

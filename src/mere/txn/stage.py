@@ -61,10 +61,10 @@ from mere.txn.conflicts import ReadRecord, TxFootprint
 from mere.txn.keys import (
     KeyProbe,
     duplicates_within,
-    intersect,
     key_columns,
     key_counts,
     refuse_duplicates,
+    semi_join,
 )
 
 log = logging.getLogger("mere.txn")
@@ -537,9 +537,7 @@ class Stage:
                     if p in self.read_state.tables[table_id].files
                 ]
                 old = self._keys_of(meta, removed, columns).cast(keys.schema)
-                gone = intersect(keys, old)
-                if gone.num_rows:
-                    keys = keys.join(gone, columns, join_type="left anti", use_threads=False)
+                keys = semi_join(keys, old, anti=True)
             if keys.num_rows:
                 probes[table_id] = KeyProbe(self.store, meta, keys)
         return probes

@@ -55,7 +55,7 @@ from mere.txn.committer import (
     AfterCommit,
     Committer,
 )
-from mere.txn.keys import key_columns, present_keys
+from mere.txn.keys import key_columns, present_keys, semi_join
 from mere.txn.stage import Stage
 
 if TYPE_CHECKING:
@@ -578,6 +578,9 @@ class TxTable:
         present = present_keys(self.transaction.store, self.meta, base + own, rows.select(columns))
         if present.num_rows == 0:
             return rows
+        absent = semi_join(rows.select(columns), present, anti=True)
+        if len(columns) == 1:
+            return rows.filter(pc.is_in(rows.column(columns[0]), value_set=absent.column(0)))
         numbered = rows.append_column("__mere_row", pa.array(range(rows.num_rows), pa.int64()))
         kept = numbered.join(present, columns, join_type="left anti", use_threads=False)
         kept_rows = kept["__mere_row"]

@@ -1,0 +1,115 @@
+"""What a primary key costs: appending new random keys, and upserts against MERGE.
+
+Side by side in one run, on a LocalStore table of ``--rows`` rows in
+``--files`` files (keys 0..rows-1 shuffled across files, so statistics
+cannot prune):
+
+* ``append``: 1,000 rows of new random keys into the table without a key;
+* ``append, keyed``: the same into the same table with ``primary_key=["id"]``
+  (mere reads the key column of every file whose statistics admit a new key);
+* ``upsert``: ``append(on_duplicate="update")`` of 1,000 rows, half new;
+* ``merge``: the equivalent ``merge(...).when_matched_update_all().when_not_matched_insert_all()``.
+
+Each step runs ``--repeat`` times (alternating keyed and plain); medians are
+reported with the ratio keyed / plain.
+
+    .venv/bin/python benchmarks/primary_keys.py --rows 1000000 --files 100
+    .venv/bin/python benchmarks/primary_keys.py --rows 10000000 --files 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+import mere
+
+SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.float64())])
+
+
+def build(root: Path, rows: int, files: int, keyed: bool) -> mere.Database:
+    db = mere.connect(root)
+    db.create_table("t", SCHEMA, primary_key=["id"] if keyed else None)
+    keys = np.random.default_rng(1).permutation(rows)
+    per = rows // files
+    with db.transaction() as tx:
+        table = tx.table("t")
+        for i in range(files):
+            part = keys[i * per : (i + 1) * per]
+            tx.stage.write_rows(
+                table.table_id,
+                pa.table({"id": part, "v": np.zeros(len(part))}, schema=table.schema),
+            )
+            tx.stage._flush(table.table_id)  # one file per slice (benchmark setup only)
+    return db
+
+
+def timed(action: object) -> float:
+    assert callable(action)
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--files", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = build(Path(tmp) / "plain", args.rows, args.files, keyed=False)
+        keyed = build(Path(tmp) / "keyed", args.rows, args.files, keyed=True)
+        rng = np.random.default_rng(2)
+        next_key = args.rows
+        times: dict[str, list[float]] = {
+            "append": [],
+            "append, keyed": [],
+            "upsert": [],
+            "merge": [],
+        }
+        for _ in range(args.repeat):
+            for name, db in (("append", plain), ("append, keyed", keyed)):
+                new = rng.permutation(args.batch) + next_key
+                batch = pa.table({"id": new, "v": np.ones(args.batch)}, schema=SCHEMA)
+                times[name].append(timed(lambda db=db, b=batch: db.table("t").append(b)))
+            next_key += args.batch
+            old = rng.choice(args.rows, args.batch // 2, replace=False)
+            fresh = np.arange(next_key, next_key + args.batch - args.batch // 2)
+            next_key += len(fresh)
+            ids = np.concatenate([old, fresh])
+            batch = pa.table({"id": ids, "v": np.full(len(ids), 2.0)}, schema=SCHEMA)
+            times["upsert"].append(
+                timed(lambda b=batch: keyed.table("t").append(b, on_duplicate="update"))
+            )
+            fresh2 = fresh + 10 * args.rows
+            ids2 = np.concatenate([old, fresh2])
+            batch2 = pa.table({"id": ids2, "v": np.full(len(ids2), 3.0)}, schema=SCHEMA)
+            times["merge"].append(
+                timed(
+                    lambda b=batch2: (
+                        plain.table("t")
+                        .merge(b, "t.id = s.id")
+                        .when_matched_update_all()
+                        .when_not_matched_insert_all()
+                        .execute()
+                    )
+                )
+            )
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(f"rows={args.rows:,} files={args.files} batch={args.batch} repeat={args.repeat}")
+        for name, value in med.items():
+            print(f"  {name:15s} {value * 1000:9.1f} ms")
+        print(f"  keyed / plain append: {med['append, keyed'] / med['append']:.2f}x")
+        print(f"  upsert / merge:       {med['upsert'] / med['merge']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
