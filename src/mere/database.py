@@ -51,6 +51,7 @@ from mere.txn.transaction import (
 
 if TYPE_CHECKING:
     from mere.maintain import (
+        CheckResult,
         CompactResult,
         DeltaExportResult,
         ExpireResult,
@@ -378,6 +379,15 @@ class Database:
         from mere.maintain.checkpoint import checkpoint
 
         return checkpoint(self)
+
+    def check(self, *, repair: bool = False) -> CheckResult:
+        """Verify the log, checkpoints, live data files and hints; repair what is safe to.
+
+        See :func:`mere.maintain.check.check`.
+        """
+        from mere.maintain.check import check
+
+        return check(self, repair=repair)
 
     def restore(
         self,

@@ -1,7 +1,8 @@
 """What every ``mere`` command shares: the group, options, errors, opening a database.
 
-The commands live in :mod:`mere.cli.main`, :mod:`mere.cli.maintain` and
-:mod:`mere.cli.verify`; each imports this module, never another command module.
+The commands live in :mod:`mere.cli.main`, :mod:`mere.cli.maintain`,
+:mod:`mere.cli.check` and :mod:`mere.cli.verify`; each imports this module,
+never another command module.
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ def cli(as_json: bool) -> None:
 
     URI is a local path, a file:// URI or a cloud URI (s3://, az://, gs://).
     The CLI never creates a database; only the maintenance commands (restore,
-    compact, vacuum, expire, checkpoint, export) and verify write.
+    compact, vacuum, expire, checkpoint, export, check --repair) and verify
+    write.
 
     \b
     Output:

@@ -7,6 +7,7 @@ every change they make is an ordinary, atomic commit (restore, compaction) or
 a deletion of objects no retained version needs (vacuum, expire).
 """
 
+from mere.maintain.check import CheckResult, Finding, check
 from mere.maintain.checkpoint import checkpoint
 from mere.maintain.common import DataFileMissing, RetentionTooShort
 from mere.maintain.compact import CompactResult, compact
@@ -29,6 +30,9 @@ from mere.maintain.vacuum import DEFAULT_RETENTION, VacuumResult, vacuum
 from mere.properties import DEFAULT_MIN_RETENTION, MIN_RETENTION_PROPERTY, parse_duration
 
 __all__ = [
+    "CheckResult",
+    "Finding",
+    "check",
     "DEFAULT_LOG_RETENTION",
     "DEFAULT_MIN_RETENTION",
     "DEFAULT_RETENTION",

@@ -1,0 +1,841 @@
+"""Check: verify a database the way a careful operator would, and repair what is safe.
+
+``check(db)`` reads everything the log is made of and reports each defect as
+one :class:`Finding`:
+
+* every commit from the oldest retained one to the latest decodes, and the
+  versions are contiguous: a commit missing while a lower and a higher one
+  exist is a ``GAP``; commits that do not decode are ``CORRUPT_COMMIT``, ones
+  that decode but cannot be applied to the state before them
+  ``INVALID_COMMIT``; commit timestamps must increase (``TIMESTAMP_ORDER``);
+  when the oldest commits are gone, a checkpoint must replace them
+  (``NO_BASE``);
+* every checkpoint decodes (``CORRUPT_CHECKPOINT``) and holds the state the
+  log gives at its version, replayed from the commits and the checkpoint
+  before it (``CHECKPOINT_MISMATCH``); none lies beyond the latest version
+  (``STRAY_CHECKPOINT``);
+* every data file live at the latest version exists (``MISSING_FILE``) with
+  the size the log records (``WRONG_SIZE``); if the latest version cannot be
+  read at all its files are not checked (``UNREADABLE``);
+* the hints are sane (``BAD_HINT``): ``_log/_latest`` readable, naming a
+  commit that exists, not beyond the log and not below a gap (discovery would
+  stop there and the next writer would commit into the gap);
+  ``_log/_last_checkpoint`` readable and naming an existing checkpoint at or
+  below the latest version. A missing or merely stale hint is normal.
+
+With ``repair=True``, what is safe to repair is repaired, always forward and
+never by rewriting history (no commit or checkpoint is deleted or
+overwritten):
+
+* references to missing data files are removed by one ordinary commit with
+  operation ``REPAIR`` (as Databricks' ``FSCK REPAIR TABLE`` does): their
+  rows are lost either way, and the table reads again;
+* a bad hint is rewritten (or, for a checkpoint hint with no checkpoint to
+  name, deleted);
+* when readers of the latest version would get a state other than the log's
+  (a checkpoint that disagrees with the log, or cannot be read) and no
+  checkpoint exists at the latest version, one is written there from the
+  log's state: the latest version and later ones read right again. Older
+  versions keep reading the bad checkpoint: that finding stays.
+
+Gaps, corrupt commits and bad checkpoints cannot be repaired without
+rewriting history: they are reported, with the repair a person can make.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
+
+from mere.errors import (
+    ConflictError,
+    CorruptLog,
+    DatabaseNotFound,
+    FormatVersionError,
+    ObjectNotFound,
+    StorageError,
+    VersionNotFound,
+)
+from mere.log.actions import AddFile, Commit, TableMeta, decode_commit
+from mere.log.keys import (
+    CHECKPOINT_HINT,
+    LATEST_HINT,
+    LOG_PREFIX,
+    checkpoint_key,
+    commit_key,
+    parse_log_key,
+)
+from mere.maintain.progress import Advance, progress
+from mere.snapshot.loader import load_state
+from mere.snapshot.state import DatabaseState
+
+if TYPE_CHECKING:
+    from mere.txn.context import DatabaseContext
+
+# --- what a finding can be -----------------------------------------------------------------
+
+GAP = "GAP"
+NO_BASE = "NO_BASE"
+CORRUPT_COMMIT = "CORRUPT_COMMIT"
+INVALID_COMMIT = "INVALID_COMMIT"
+TIMESTAMP_ORDER = "TIMESTAMP_ORDER"
+CORRUPT_CHECKPOINT = "CORRUPT_CHECKPOINT"
+CHECKPOINT_MISMATCH = "CHECKPOINT_MISMATCH"
+STRAY_CHECKPOINT = "STRAY_CHECKPOINT"
+MISSING_FILE = "MISSING_FILE"
+WRONG_SIZE = "WRONG_SIZE"
+UNREADABLE = "UNREADABLE"
+BAD_HINT = "BAD_HINT"
+
+#: Every kind of finding, in the order a report lists them.
+KINDS = (
+    GAP,
+    NO_BASE,
+    CORRUPT_COMMIT,
+    INVALID_COMMIT,
+    TIMESTAMP_ORDER,
+    CORRUPT_CHECKPOINT,
+    CHECKPOINT_MISMATCH,
+    STRAY_CHECKPOINT,
+    UNREADABLE,
+    MISSING_FILE,
+    WRONG_SIZE,
+    BAD_HINT,
+)
+
+#: Commits read (and decoded) per batch; concurrently on stores that read concurrently.
+BATCH = 64
+READ_THREADS = 8
+#: How often the REPAIR commit starts over after losing to a conflicting commit.
+REPAIR_ATTEMPTS = 3
+#: Differences a checkpoint mismatch lists before "and N more".
+MAX_DIFFERENCES = 3
+
+
+@dataclass
+class Finding:
+    """One defect: its kind, the object it is about, and what is wrong, in one line."""
+
+    kind: str
+    #: The object the finding is about (a commit, checkpoint, hint or data file key).
+    key: str
+    message: str
+    version: int | None = None
+    table: str | None = None
+    #: Whether ``repair=True`` can repair it (by committing forward or rewriting a hint).
+    repairable: bool = False
+    repaired: bool = False
+    #: What was done about it, or what a person can do.
+    repair: str | None = None
+
+    def line(self) -> str:
+        """The finding as one line of text."""
+        text = f"{self.kind} {self.key}: {self.message}"
+        if self.repair:
+            text += f" [{'repaired: ' if self.repaired else ''}{self.repair}]"
+        return " ".join(text.split())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CheckResult:
+    """What a check found (and, with ``repair``, repaired)."""
+
+    uri: str
+    #: The oldest and latest commit versions found in the log (None: no commit at all).
+    oldest_version: int | None
+    latest_version: int | None
+    commits_checked: int = 0
+    checkpoints_checked: int = 0
+    files_checked: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    #: The version of the REPAIR commit, when one was made.
+    repair_version: int | None = None
+
+    @property
+    def clean(self) -> bool:
+        """True when nothing was found."""
+        return not self.findings
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form (for ``--json``)."""
+        return {
+            "uri": self.uri,
+            "clean": self.clean,
+            "oldest_version": self.oldest_version,
+            "latest_version": self.latest_version,
+            "commits_checked": self.commits_checked,
+            "checkpoints_checked": self.checkpoints_checked,
+            "files_checked": self.files_checked,
+            "repair_version": self.repair_version,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def check(db: DatabaseContext, *, repair: bool = False) -> CheckResult:
+    """Verify the log, the checkpoints, the live data files and the hints of ``db``.
+
+    Never raises for a defect it finds: each is a :class:`Finding` of the
+    result. With ``repair``, repairs what is safe to repair (see the module
+    documentation) and marks those findings ``repaired``.
+
+    Raises:
+        DatabaseNotFound: there is no commit at all.
+        StorageError: the store failed (the check is not complete).
+    """
+    commits, checkpoints = _inventory(db)
+    if not commits:
+        raise DatabaseNotFound(f"no mere database at {db.uri}: _log/ holds no commit")
+    oldest, latest = min(commits), max(commits)
+    result = CheckResult(db.uri, oldest, latest)
+    walk = _Walk(db, result, commits, checkpoints)
+    truth = walk.run()
+    readers = _readers_state(db, result, latest, truth, walk, repair)
+    _check_files(db, result, latest, truth, readers)
+    _check_hints(db, result, commits, checkpoints, walk, repair)
+    if repair:
+        _repair_missing_files(db, result)
+    result.findings.sort(key=lambda f: (KINDS.index(f.kind), f.version or 0, f.table or "", f.key))
+    return result
+
+
+def _inventory(db: DatabaseContext) -> tuple[set[int], set[int]]:
+    """The commit and checkpoint versions ``_log/`` holds (one listing)."""
+    commits: set[int] = set()
+    checkpoints: set[int] = set()
+    for meta in db.store.list(LOG_PREFIX):
+        parsed = parse_log_key(meta.key)
+        if parsed is not None:
+            (commits if parsed[1] == "commit" else checkpoints).add(parsed[0])
+    return commits, checkpoints
+
+
+# --- the log and its checkpoints -------------------------------------------------------------
+
+
+class _Walk:
+    """Replays the log from its oldest retained version, checking every commit and checkpoint.
+
+    ``state`` is the state the log gives at the version reached, or None
+    while it cannot be known (before the first base, after a gap or a bad
+    commit); a checkpoint met then becomes the new base, as it is for readers.
+    """
+
+    def __init__(
+        self,
+        db: DatabaseContext,
+        result: CheckResult,
+        commits: set[int],
+        checkpoints: set[int],
+    ) -> None:
+        self.db = db
+        self.result = result
+        self.commits = commits
+        self.checkpoints = checkpoints
+        self.oldest = min(commits)
+        self.latest = max(commits)
+        self.state: DatabaseState | None = None
+        self.run_commits: list[Commit] = []
+        self.previous_timestamp: int | None = None
+        #: Checkpoints that decoded and agree with the log (or could not be compared).
+        self.good_checkpoints: set[int] = set()
+        #: Findings about checkpoints, by version: the repair may add a note to them.
+        self.bad_checkpoints: dict[int, Finding] = {}
+        #: The first version of each gap.
+        self.gaps: list[int] = []
+        self.pool: ThreadPoolExecutor | None = None
+
+    def add(self, finding: Finding) -> Finding:
+        self.result.findings.append(finding)
+        return finding
+
+    def run(self) -> DatabaseState | None:
+        """Walk every version; the log's state at the latest version, if it can be known."""
+        self._report_gaps()
+        for version in sorted(self.checkpoints):
+            if version > self.latest:
+                self.add(
+                    Finding(
+                        STRAY_CHECKPOINT,
+                        checkpoint_key(version),
+                        f"a checkpoint at version {version}, beyond the latest version "
+                        f"{self.latest}",
+                        version=version,
+                        repair="nothing reads it; it can be deleted by hand",
+                    )
+                )
+        first = self.oldest
+        if first > 0:
+            base = min((c for c in self.checkpoints if first - 1 <= c <= self.latest), default=None)
+            if base is None:
+                self.add(
+                    Finding(
+                        NO_BASE,
+                        commit_key(first - 1),
+                        f"the commits below version {first} are gone and no checkpoint at or "
+                        f"after version {first - 1} replaces them: no version can be rebuilt",
+                        version=first - 1,
+                        repair="put the missing commits or a checkpoint back from a backup",
+                    )
+                )
+            elif base == first - 1:
+                self._checkpoint(base)
+        total = self.latest - first + 1
+        concurrent = self.db.store.concurrent_reads and total > 1
+        with (
+            progress("checking the log", total) as advance,
+            ThreadPoolExecutor(max_workers=READ_THREADS if concurrent else 1) as pool,
+        ):
+            self.pool = pool if concurrent else None
+            for start in range(first, self.latest + 1, BATCH):
+                stop = min(start + BATCH, self.latest + 1)
+                self._batch(range(start, stop), advance)
+        self.pool = None
+        self._flush()
+        if self.state is not None and self.state.version == self.latest:
+            return self.state
+        return None
+
+    def _report_gaps(self) -> None:
+        ordered = sorted(self.commits)
+        for below, above in pairwise(ordered):
+            if above == below + 1:
+                continue
+            first, last = below + 1, above - 1
+            self.gaps.append(first)
+            span = f"version {first} is" if first == last else f"versions {first}..{last} are"
+            self.add(
+                Finding(
+                    GAP,
+                    commit_key(first),
+                    f"the commit of {span} missing but later versions exist (the next is "
+                    f"{above}): a gap in the log",
+                    version=first,
+                    repair="put the missing commit files back from a backup",
+                )
+            )
+
+    def _batch(self, versions: range, advance: Advance) -> None:
+        """Check the commits of ``versions`` and the checkpoints among them, in order."""
+        present = [v for v in versions if v in self.commits]
+        outcomes = dict(zip(present, self._read(present), strict=True))
+        for version in versions:
+            if version in outcomes:
+                self.result.commits_checked += 1
+                outcome = outcomes[version]
+                if isinstance(outcome, Commit):
+                    self._commit(outcome)
+                else:
+                    self._break()
+                    if outcome is not None:
+                        self.add(outcome)
+            else:
+                self._break()  # a gap (already reported)
+            if version in self.checkpoints:
+                self._checkpoint(version)
+        advance(len(versions))
+
+    def _read(self, versions: list[int]) -> list[Commit | Finding | None]:
+        """Each commit decoded, or the finding it is (None: it vanished meanwhile)."""
+        if self.pool is not None and len(versions) > 1:
+            return list(self.pool.map(self._read_one, versions))
+        return [self._read_one(v) for v in versions]
+
+    def _read_one(self, version: int) -> Commit | Finding | None:
+        key = commit_key(version)
+        try:
+            data = self.db.store.get(key)
+        except ObjectNotFound:
+            return None  # expired while the check ran
+        try:
+            return decode_commit(key, version, data)
+        except CorruptLog as exc:
+            reason = exc.reason
+        except FormatVersionError as exc:
+            reason = str(exc)
+        return Finding(
+            CORRUPT_COMMIT,
+            key,
+            f"the commit of version {version} does not decode: {reason}",
+            version=version,
+            repair="put the commit file back from a backup",
+        )
+
+    def _commit(self, commit: Commit) -> None:
+        """Check one decoded commit in order (versions ascending, gaps skipped)."""
+        version = commit.version
+        info = commit.info
+        previous = self.previous_timestamp
+        if previous is not None and info.timestamp <= previous:
+            self.add(
+                Finding(
+                    TIMESTAMP_ORDER,
+                    commit_key(version),
+                    f"the commit of version {version} has timestamp {info.timestamp}, not after "
+                    f"the previous version's {previous}: time travel by timestamp is unreliable "
+                    "around it",
+                    version=version,
+                )
+            )
+        self.previous_timestamp = info.timestamp
+        if self.state is None and version == 0:
+            try:
+                self.state = DatabaseState.initial(commit)
+            except CorruptLog as exc:
+                self._invalid(exc, version)
+            return
+        if self.state is not None:
+            self.run_commits.append(commit)
+
+    def _break(self) -> None:
+        """The chain of known states is broken at this version (timestamps still compare)."""
+        self._flush()
+        self.state = None
+
+    def _flush(self) -> None:
+        """Apply the commits read since the last flush to the known state."""
+        commits, self.run_commits = self.run_commits, []
+        if not commits or self.state is None:
+            return
+        try:
+            self.state = self.state.apply_many(commits)
+        except CorruptLog as exc:
+            version = parse_log_key(exc.key)
+            self._invalid(exc, version[0] if version else None)
+            self.state = None
+
+    def _invalid(self, exc: CorruptLog, version: int | None) -> None:
+        self.add(
+            Finding(
+                INVALID_COMMIT,
+                exc.key,
+                f"the commit cannot be applied to the state before it: {exc.reason}",
+                version=version,
+                repair="put the commit file back from a backup",
+            )
+        )
+
+    def _checkpoint(self, version: int) -> None:
+        """Check the checkpoint at ``version`` against the log (or make it the new base)."""
+        self._flush()
+        self.result.checkpoints_checked += 1
+        key = checkpoint_key(version)
+        try:
+            data = self.db.log.read_checkpoint(version)
+            from_checkpoint = DatabaseState.from_checkpoint(data)
+        except VersionNotFound:
+            return  # removed by expiry while the check ran
+        except (CorruptLog, FormatVersionError) as exc:
+            reason = exc.reason if isinstance(exc, CorruptLog) else str(exc)
+            self.bad_checkpoints[version] = self.add(
+                Finding(
+                    CORRUPT_CHECKPOINT,
+                    key,
+                    f"the checkpoint of version {version} cannot be read: {reason}",
+                    version=version,
+                )
+            )
+            return
+        if self.state is None:
+            # The new base, as for readers: nothing before it to compare it with.
+            self.state = from_checkpoint
+            self.good_checkpoints.add(version)
+            return
+        differences = state_differences(from_checkpoint, self.state)
+        if not differences:
+            self.good_checkpoints.add(version)
+            return
+        shown = "; ".join(differences[:MAX_DIFFERENCES])
+        if len(differences) > MAX_DIFFERENCES:
+            shown += f"; and {len(differences) - MAX_DIFFERENCES} more"
+        self.bad_checkpoints[version] = self.add(
+            Finding(
+                CHECKPOINT_MISMATCH,
+                key,
+                f"the checkpoint of version {version} disagrees with the log: {shown}",
+                version=version,
+            )
+        )
+        # The log is the authority: go on from its state.
+
+
+def state_differences(checkpoint: DatabaseState, log: DatabaseState) -> list[str]:
+    """How the state a checkpoint holds differs from the state the log gives (empty: equal).
+
+    ``dataChange`` of live files is not part of a state (a checkpoint does
+    not keep it) and is ignored.
+    """
+    out: list[str] = []
+    if checkpoint.version != log.version:
+        out.append(f"version {checkpoint.version} instead of {log.version}")
+    if checkpoint.timestamp != log.timestamp:
+        out.append(f"timestamp {checkpoint.timestamp} instead of {log.timestamp}")
+    ids = sorted(set(checkpoint.tables) | set(log.tables))
+    for table_id in ids:
+        mine, theirs = checkpoint.tables.get(table_id), log.tables.get(table_id)
+        if theirs is None:
+            assert mine is not None
+            out.append(f"table {mine.meta.name!r} ({table_id}) is not in the log's state")
+            continue
+        if mine is None:
+            out.append(f"table {theirs.meta.name!r} ({table_id}) is missing")
+            continue
+        name = theirs.meta.name
+        if not _same_meta(mine.meta, theirs.meta):
+            out.append(f"table {name!r} has other metadata")
+        extra = [p for p in mine.files if p not in theirs.files]
+        missing = [p for p in theirs.files if p not in mine.files]
+        changed = [
+            p
+            for p, f in mine.files.items()
+            if p in theirs.files and _file_key(f) != _file_key(theirs.files[p])
+        ]
+        for count, what in (
+            (len(extra), "live files the log does not have"),
+            (len(missing), "of the log's live files missing"),
+            (len(changed), "live files recorded differently"),
+        ):
+            if count:
+                out.append(f"table {name!r}: {count} {what}")
+    simple = {"version", "timestamp", "tables"}
+    for f in dataclasses.fields(DatabaseState):
+        if f.name not in simple and getattr(checkpoint, f.name) != getattr(log, f.name):
+            out.append(f"other {f.name.replace('_', ' ')}")
+    return out
+
+
+def _file_key(add: AddFile) -> AddFile:
+    return replace(add, data_change=True)
+
+
+def _same_meta(a: TableMeta, b: TableMeta) -> bool:
+    """Equal metadata, field metadata (physical column names) included."""
+    return (
+        a.id == b.id
+        and a.name == b.name
+        and a.schema.equals(b.schema, check_metadata=True)
+        and a.partition_columns == b.partition_columns
+        and a.properties == b.properties
+        and a.created_time == b.created_time
+    )
+
+
+def _readers_state(
+    db: DatabaseContext,
+    result: CheckResult,
+    latest: int,
+    truth: DatabaseState | None,
+    walk: _Walk,
+    repair: bool,
+) -> DatabaseState | None:
+    """The state readers build at the latest version (None: they cannot).
+
+    When it differs from the log's and no checkpoint exists at the latest
+    version, ``repair`` writes one from the log's state.
+    """
+    try:
+        readers: DatabaseState | None = load_state(db.log, latest)
+    except (CorruptLog, FormatVersionError, VersionNotFound):
+        readers = None
+    if truth is None or (readers is not None and not state_differences(readers, truth)):
+        return readers
+    # Readers of the latest version get another state than the log's: a bad checkpoint.
+    if not repair and latest not in walk.checkpoints:
+        for finding in walk.bad_checkpoints.values():
+            finding.repair = (
+                "readers of the latest version use it; repair writes a checkpoint of the "
+                "log's state at the latest version"
+            )
+    if repair and latest not in walk.checkpoints:
+        db.log.write_checkpoint(latest, truth.timestamp, list(truth.live_actions()))
+        walk.checkpoints.add(latest)
+        walk.good_checkpoints.add(latest)
+        note = (
+            f"wrote a checkpoint of the log's state at the latest version {latest}, which "
+            "reads right again; older versions still read this checkpoint"
+        )
+        for version, finding in walk.bad_checkpoints.items():
+            if version < latest:
+                finding.repair = note
+        return truth
+    if latest in walk.bad_checkpoints:
+        walk.bad_checkpoints[latest].repair = (
+            "the latest version reads it; a checkpoint cannot be overwritten: commit a "
+            "restore of the affected tables"
+        )
+    return readers
+
+
+# --- data files --------------------------------------------------------------------------------
+
+
+def _check_files(
+    db: DatabaseContext,
+    result: CheckResult,
+    latest: int,
+    truth: DatabaseState | None,
+    readers: DatabaseState | None,
+) -> None:
+    """Every data file live at the latest version exists with its recorded size."""
+    states = [s for s in (readers, truth) if s is not None]
+    if not states:
+        result.findings.append(
+            Finding(
+                UNREADABLE,
+                commit_key(latest),
+                f"the latest version {latest} cannot be read (see the other findings): its "
+                "data files were not checked",
+                version=latest,
+            )
+        )
+        return
+    live: dict[str, tuple[TableMeta, AddFile]] = {}
+    for state in states:
+        for table in state.tables.values():
+            for add in table.files.values():
+                if "://" not in add.path:  # files of another store (format §11.6) are not ours
+                    live.setdefault(table.meta.prefix + add.path, (table.meta, add))
+    by_table: dict[str, list[tuple[str, TableMeta, AddFile]]] = {}
+    for key, (meta, add) in live.items():
+        by_table.setdefault(meta.prefix, []).append((key, meta, add))
+    with progress("checking data files", len(live)) as advance:
+        for prefix, files in sorted(by_table.items()):
+            sizes = {meta.key: meta.size for meta in db.store.list(prefix)}
+            for key, meta, add in files:
+                size = sizes.get(key)
+                if size is None:
+                    size = _head_size(db, key)  # the listing is only a fast path
+                result.files_checked += 1
+                if size is None:
+                    result.findings.append(
+                        Finding(
+                            MISSING_FILE,
+                            key,
+                            f"data file of table {meta.name!r}, live at version {latest}, does "
+                            f"not exist ({add.rows:,} rows): reading the table fails",
+                            version=latest,
+                            table=meta.name,
+                            repairable=True,
+                            repair="repair removes it from the table by a commit (its rows "
+                            "are lost)",
+                        )
+                    )
+                elif size != add.size:
+                    result.findings.append(
+                        Finding(
+                            WRONG_SIZE,
+                            key,
+                            f"data file of table {meta.name!r} is {size:,} bytes; the log "
+                            f"records {add.size:,}",
+                            version=latest,
+                            table=meta.name,
+                            repair="put the file back from a backup",
+                        )
+                    )
+            advance(len(files))
+
+
+def _head_size(db: DatabaseContext, key: str) -> int | None:
+    try:
+        return db.store.head(key).size
+    except ObjectNotFound:
+        return None
+
+
+def _repair_missing_files(db: DatabaseContext, result: CheckResult) -> None:
+    """Remove references to missing data files with one REPAIR commit (retried on conflicts)."""
+    missing = {f.key: f for f in result.findings if f.kind == MISSING_FILE and not f.repaired}
+    if not missing:
+        return
+    for attempt in range(1, REPAIR_ATTEMPTS + 1):
+        tx = db.begin()
+        try:
+            removed: dict[str, list[AddFile]] = {}
+            names: set[str] = set()
+            with tx.statement() as stage:
+                for table in tx.read_state.tables.values():
+                    gone = [
+                        add
+                        for path, add in table.files.items()
+                        if table.meta.prefix + path in missing
+                    ]
+                    if gone:
+                        stage.remove_files(table.meta.id, gone)
+                        removed[table.meta.id] = gone
+                        names.add(table.meta.name)
+                count = sum(len(adds) for adds in removed.values())
+                stage.set_operations(
+                    [{"operation": "REPAIR", "tables": sorted(names), "missingFiles": count}]
+                )
+            version = tx.commit()
+        except ConflictError:
+            tx.abort()
+            if attempt == REPAIR_ATTEMPTS:
+                raise
+            continue
+        except BaseException:
+            tx.abort()
+            raise
+        if removed:
+            result.repair_version = version
+        done = {
+            tx.read_state.tables[table_id].meta.prefix + add.path
+            for table_id, adds in removed.items()
+            for add in adds
+        }
+        for key, finding in missing.items():
+            finding.repaired = True
+            if key in done:
+                finding.repair = f"removed from the table by the REPAIR commit of version {version}"
+            else:
+                finding.repair = f"no longer live at version {tx.read_version}"
+        return
+
+
+# --- hints -------------------------------------------------------------------------------------
+
+
+def _check_hints(
+    db: DatabaseContext,
+    result: CheckResult,
+    commits: set[int],
+    checkpoints: set[int],
+    walk: _Walk,
+    repair: bool,
+) -> None:
+    latest = max(commits)
+    _check_hint(
+        db,
+        result,
+        LATEST_HINT,
+        lambda v: _latest_hint_problem(v, commits, walk.gaps, latest),
+        lambda: latest,
+        repair,
+    )
+    good = sorted(c for c in walk.good_checkpoints if c <= latest and c in checkpoints)
+    _check_hint(
+        db,
+        result,
+        CHECKPOINT_HINT,
+        lambda v: _checkpoint_hint_problem(v, checkpoints, latest),
+        lambda: good[-1] if good else None,
+        repair,
+    )
+
+
+def _check_hint(
+    db: DatabaseContext,
+    result: CheckResult,
+    key: str,
+    problem_of: Callable[[int], str | None],
+    right_value: Callable[[], int | None],
+    repair: bool,
+) -> None:
+    """Check one hint; with ``repair``, rewrite it to ``right_value()`` (None: delete it)."""
+    try:
+        raw = db.store.get(key)
+    except ObjectNotFound:
+        return  # a missing hint is allowed: readers list instead
+    value = _hint_value(raw)
+    problem = 'is not a valid hint (expected {"version": N})' if value is None else None
+    if value is not None:
+        problem = problem_of(value)
+    if problem is None:
+        return
+    finding = Finding(BAD_HINT, key, problem, version=value, repairable=True)
+    finding.repair = "repair rewrites it"
+    result.findings.append(finding)
+    if not repair:
+        return
+    right = right_value()
+    try:
+        if right is None:
+            db.store.delete(key)
+            finding.repair = "deleted it"
+        else:
+            db.store.put(key, json.dumps({"version": right}).encode())
+            finding.repair = f"rewrote it to version {right}"
+    except StorageError as exc:
+        finding.repair = f"could not rewrite it: {exc}"
+        return
+    finding.repaired = True
+
+
+def _hint_value(raw: bytes) -> int | None:
+    try:
+        value = json.loads(raw)["version"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def _latest_hint_problem(value: int, commits: set[int], gaps: list[int], latest: int) -> str | None:
+    if value > latest:
+        return f"names version {value}, beyond the latest version {latest}"
+    if value not in commits:
+        return f"names version {value}, whose commit does not exist"
+    below = [g for g in gaps if g > value]
+    if below:
+        return (
+            f"names version {value}, below the gap at version {below[0]}: discovery stops "
+            "there, and the next commit would fill the gap"
+        )
+    return None
+
+
+def _checkpoint_hint_problem(value: int, checkpoints: set[int], latest: int) -> str | None:
+    if value > latest:
+        return f"names version {value}, beyond the latest version {latest}"
+    if value not in checkpoints:
+        return f"names version {value}, which has no checkpoint"
+    return None
+
+
+def findings_of(result: CheckResult, kind: str) -> Iterator[Finding]:
+    """The findings of one kind (a convenience for callers and tests)."""
+    return (f for f in result.findings if f.kind == kind)
+
+
+def summary(result: CheckResult) -> str:
+    """One line saying what was checked and found."""
+    if result.latest_version is None:
+        return "no commit found"
+    checked = (
+        f"versions {result.oldest_version}..{result.latest_version}: "
+        f"{_count(result.commits_checked, 'commit')}, "
+        f"{_count(result.checkpoints_checked, 'checkpoint')}, "
+        f"{_count(result.files_checked, 'data file')}"
+    )
+    if result.clean:
+        return f"clean: {checked}"
+    repaired = sum(1 for f in result.findings if f.repaired)
+    text = f"{_count(len(result.findings), 'finding')} in {checked}"
+    if repaired:
+        text += f"; {repaired} repaired"
+        if result.repair_version is not None:
+            text += f" (REPAIR commit at version {result.repair_version})"
+    return text
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+__all__ = [
+    "KINDS",
+    "CheckResult",
+    "Finding",
+    "check",
+    "findings_of",
+    "state_differences",
+    "summary",
+]
