@@ -6,8 +6,10 @@ Runs on the memory and the local store (the ``db`` fixture).
 
 from __future__ import annotations
 
+import importlib
 import json
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 import pyarrow as pa
@@ -15,7 +17,7 @@ import pytest
 
 import mere
 from mere.log import encode_commit
-from mere.log.actions import Action, AddFile, CommitInfo
+from mere.log.actions import FORMAT_VERSION, Action, AddFile, CommitInfo, Protocol
 from mere.log.checkpoint import encode_checkpoint
 from mere.log.keys import CHECKPOINT_HINT, LATEST_HINT, checkpoint_key, commit_key
 from mere.maintain.check import CheckResult, Finding, check
@@ -219,6 +221,13 @@ def test_timestamps_going_backwards_are_found(store: ObjectStore) -> None:
     result = fresh(store).check()
     assert only(result, "TIMESTAMP_ORDER").version == LATEST + 1
     assert kinds(result) == ["TIMESTAMP_ORDER"]
+
+
+def test_a_newer_format_is_refused_not_called_corrupt(store: ObjectStore) -> None:
+    ts = fresh(store).log.commit_timestamp(LATEST) + 1
+    put_commit(store, LATEST + 1, ts, [Protocol(FORMAT_VERSION + 1)])
+    with pytest.raises(mere.FormatVersionError):
+        fresh(store).check()
 
 
 def test_lost_oldest_commits_without_a_checkpoint_are_no_base(store: ObjectStore) -> None:
@@ -480,3 +489,24 @@ def test_no_database_is_an_error() -> None:
         store.delete(key)
     with pytest.raises(mere.DatabaseNotFound):
         check(db)
+
+
+def test_long_work_shows_progress(store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+    from collections.abc import Iterator
+
+    check_module = importlib.import_module("mere.maintain.check")  # the name is the function
+
+    shown: dict[str, list[int]] = {}
+
+    @contextlib.contextmanager
+    def record(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        steps = shown.setdefault(description, [total or 0])
+        yield steps.append
+
+    monkeypatch.setattr(check_module, "progress", record)
+    fresh(store).check()
+    assert shown["checking the log"][0] == LATEST + 1
+    assert sum(shown["checking the log"][1:]) == LATEST + 1
+    assert shown["checking data files"][0] == LATEST - 1
+    assert sum(shown["checking data files"][1:]) == LATEST - 1

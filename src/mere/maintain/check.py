@@ -188,6 +188,8 @@ def check(db: DatabaseContext, *, repair: bool = False) -> CheckResult:
 
     Raises:
         DatabaseNotFound: there is no commit at all.
+        FormatVersionError: a commit or checkpoint has a newer format than this
+            mere reads (upgrade mere to check the database).
         StorageError: the store failed (the check is not complete).
     """
     commits, checkpoints = _inventory(db)
@@ -355,11 +357,9 @@ class _Walk:
         except ObjectNotFound:
             return None  # expired while the check ran
         try:
-            return decode_commit(key, version, data)
+            return decode_commit(key, version, data)  # a newer format raises: not ours to judge
         except CorruptLog as exc:
             reason = exc.reason
-        except FormatVersionError as exc:
-            reason = str(exc)
         return Finding(
             CORRUPT_COMMIT,
             key,
@@ -432,13 +432,12 @@ class _Walk:
             from_checkpoint = DatabaseState.from_checkpoint(data)
         except VersionNotFound:
             return  # removed by expiry while the check ran
-        except (CorruptLog, FormatVersionError) as exc:
-            reason = exc.reason if isinstance(exc, CorruptLog) else str(exc)
+        except CorruptLog as exc:  # a newer format raises: not ours to judge
             self.bad_checkpoints[version] = self.add(
                 Finding(
                     CORRUPT_CHECKPOINT,
                     key,
-                    f"the checkpoint of version {version} cannot be read: {reason}",
+                    f"the checkpoint of version {version} cannot be read: {exc.reason}",
                     version=version,
                 )
             )
