@@ -71,8 +71,26 @@ def json_option(func: F) -> F:
     )(func)
 
 
+class VersionOrName(click.ParamType):
+    """A version number, or the name of an export or tag (``q3-close``)."""
+
+    name = "version"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if text.isdigit():
+            return int(text)
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", text):
+            self.fail(
+                f"{value!r} is neither a version number nor an export or tag name", param, ctx
+            )
+        return text
+
+
 def time_travel_options(*, version_help: str, timestamp_help: str) -> Callable[[F], F]:
-    """A decorator adding ``--version N`` and ``--timestamp ISO`` to a command."""
+    """A decorator adding ``--version N|NAME`` and ``--timestamp ISO`` to a command."""
 
     def add(func: F) -> F:
         func = click.option(
@@ -86,9 +104,9 @@ def time_travel_options(*, version_help: str, timestamp_help: str) -> Callable[[
         return click.option(
             "--version",
             "at_version",
-            type=click.IntRange(min=0),
+            type=VersionOrName(),
             default=None,
-            metavar="N",
+            metavar="N|NAME",
             help=version_help,
         )(func)
 
@@ -97,7 +115,8 @@ def time_travel_options(*, version_help: str, timestamp_help: str) -> Callable[[
 
 #: ``--version`` / ``--timestamp`` for the commands that read a snapshot.
 snapshot_options = time_travel_options(
-    version_help="Read the database as of version N (default: the latest).",
+    version_help="Read the database as of version N, or the version of the export or tag "
+    "NAME (default: the latest).",
     timestamp_help="Read the newest version committed at or before this time "
     "(ISO 8601; UTC when no offset is given).",
 )
@@ -158,14 +177,14 @@ def open_database(uri: str) -> Iterator[mere.Database]:
         db.close()
 
 
-def check_time_travel(version: int | None, timestamp: datetime | None) -> None:
+def check_time_travel(version: int | str | None, timestamp: datetime | None) -> None:
     """Reject ``--version`` together with ``--timestamp`` (a usage error, before any I/O)."""
     if version is not None and timestamp is not None:
         raise click.UsageError("give --version or --timestamp, not both")
 
 
 def take_snapshot(
-    db: mere.Database, version: int | None, timestamp: datetime | None
+    db: mere.Database, version: int | str | None, timestamp: datetime | None
 ) -> mere.Snapshot:
     """The snapshot that ``--version`` / ``--timestamp`` select (the latest if neither)."""
     check_time_travel(version, timestamp)
@@ -207,7 +226,7 @@ def cli(as_json: bool) -> None:
       with --json, JSON on stdout only (before or after the command:
       `mere --json tables URI` or `mere tables URI --json`).
     Time travel: tables, describe and scan read an older version with
-    --version N or --timestamp ISO.
+    --version N, --version NAME (an export or tag) or --timestamp ISO.
     Exit status: 0 on success, 1 on an error (one `error: ...` line on
     stderr), 2 on a usage error.
     """

@@ -96,7 +96,7 @@ def version(ctx: click.Context, uri: str, as_json: bool) -> None:
 def tables(
     ctx: click.Context,
     uri: str,
-    at_version: int | None,
+    at_version: int | str | None,
     at_timestamp: datetime | None,
     as_json: bool,
 ) -> None:
@@ -147,7 +147,7 @@ def describe(
     ctx: click.Context,
     uri: str,
     table_name: str,
-    at_version: int | None,
+    at_version: int | str | None,
     at_timestamp: datetime | None,
     as_json: bool,
 ) -> None:
@@ -296,7 +296,7 @@ def scan(
     columns: str | None,
     filter_sql: str | None,
     limit: int | None,
-    at_version: int | None,
+    at_version: int | str | None,
     at_timestamp: datetime | None,
     as_json: bool,
 ) -> None:

@@ -1,4 +1,4 @@
-"""The CLI's maintenance commands: restore, compact, vacuum, expire, checkpoint, export.
+"""The CLI's maintenance commands: restore, compact, vacuum, expire, checkpoint, export, tags.
 
 Unlike the inspection commands these write to the database (a commit, or
 deletions of objects no retained version needs); like them, they never
@@ -13,20 +13,29 @@ The commands are defined here and added to the ``mere`` group by
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
 from rich.text import Text
 
 from mere.cli.common import (
+    VersionOrName,
     check_time_travel,
     json_option,
     open_database,
     time_travel_options,
     wants_json,
 )
-from mere.cli.output import console, emit_json, human_size, key_values, titled
+from mere.cli.output import (
+    console,
+    emit_json,
+    human_size,
+    key_values,
+    make_table,
+    short_time,
+    titled,
+)
 from mere.maintain.delta import export_delta
 from mere.properties import parse_duration
 
@@ -94,7 +103,7 @@ def _columns(text: str | None, option: str) -> list[str] | None:
 
 
 _time_travel = time_travel_options(
-    version_help="Version N.",
+    version_help="Version N, or the version of the export or tag NAME.",
     timestamp_help="The newest version committed at or before this time "
     "(ISO 8601; UTC by default).",
 )
@@ -118,7 +127,7 @@ _time_travel = time_travel_options(
 def restore(
     ctx: click.Context,
     uri: str,
-    at_version: int | None,
+    at_version: int | str | None,
     at_timestamp: datetime | None,
     tables: tuple[str, ...],
     as_json: bool,
@@ -136,6 +145,8 @@ def restore(
     if at_version is None and at_timestamp is None:
         raise click.UsageError("give --version N or --timestamp ISO")
     with open_database(uri) as db:
+        if isinstance(at_version, str):
+            at_version = db.snapshot(version=at_version).version
         result = db.restore(at_version, timestamp=at_timestamp, tables=list(tables) or None)
     if wants_json(ctx, as_json):
         emit_json(result.to_dict())
@@ -285,9 +296,14 @@ def vacuum(
     than the retention. A retention below the minimum (database property
     vacuumMinRetention, default 1h) is refused without --force.
 
+    Files that live minimal or partial exports and tags share are kept
+    until those are dropped (mere drop-export); the summary says how many,
+    for which export (with --dry-run, which files).
+
     JSON: {"dry_run", "retention_seconds", "latest_version",
     "oldest_retained_version", "files_deleted", "bytes_deleted",
-    "files_kept_young", "temp_files_deleted", "keys": [...]}.
+    "files_kept_young", "temp_files_deleted", "keys": [...],
+    "kept_for_exports": {NAME: [keys]}, "files_kept_for_exports"}.
     """
     with open_database(uri) as db:
         result = db.vacuum(retention, dry_run=dry_run, force=force)
@@ -303,6 +319,10 @@ def vacuum(
                 [
                     (verb, f"{result.files_deleted:,} files ({human_size(result.bytes_deleted)})"),
                     ("kept (younger than retention)", f"{result.files_kept_young:,} files"),
+                    *(
+                        (f"kept for export {name}", f"{len(keys):,} files")
+                        for name, keys in result.kept_for_exports.items()
+                    ),
                     ("temporary files", f"{result.temp_files_deleted:,}"),
                 ]
             ),
@@ -310,6 +330,9 @@ def vacuum(
     )
     if dry_run and result.keys:
         _print_keys("files that would be deleted", result.keys)
+    if dry_run:
+        for name, keys in result.kept_for_exports.items():
+            _print_keys(f"files kept for export {name}", keys)
 
 
 @click.command(short_help="Delete log entries older than the retention.")
@@ -330,8 +353,12 @@ def expire(
     A checkpoint is written at the oldest retained version first, so every
     retained version stays readable; older ones can no longer be read.
 
+    Versions of live minimal or partial exports and tags stay readable (a
+    checkpoint at each is kept, or written) until those are dropped.
+
     JSON: {"dry_run", "retention_seconds", "latest_version", "oldest_version",
-    "checkpoint_written", "commits_deleted", "checkpoints_deleted", "keys": [...]}.
+    "checkpoint_written", "commits_deleted", "checkpoints_deleted", "keys": [...],
+    "kept_for_exports": {NAME: [checkpoint keys]}, "export_checkpoints_written": [...]}.
     """
     with open_database(uri) as db:
         result = db.expire(retention, dry_run=dry_run, force=force)
@@ -352,6 +379,10 @@ def expire(
                         "-"
                         if result.checkpoint_written is None
                         else f"at version {result.checkpoint_written}",
+                    ),
+                    *(
+                        (f"kept for export {name}", ", ".join(keys))
+                        for name, keys in result.kept_for_exports.items()
                     ),
                 ]
             ),
@@ -396,10 +427,26 @@ def checkpoint(ctx: click.Context, uri: str, as_json: bool) -> None:
 )
 @click.option(
     "--mode",
-    type=click.Choice(["full", "minimal"]),
+    type=click.Choice(["full", "partial", "minimal"]),
     default="full",
     show_default=True,
-    help="full copies the data files; minimal is not available yet.",
+    help="full copies the data files; minimal references the source's (needs --name); "
+    "partial references those the source had at --since and copies the rest.",
+)
+@click.option(
+    "--name",
+    "export_name",
+    default=None,
+    metavar="NAME",
+    help="Record the export in the source under NAME (required for minimal and partial: "
+    "the source keeps what it shares until `mere drop-export URI NAME`).",
+)
+@click.option(
+    "--since",
+    type=VersionOrName(),
+    default=None,
+    metavar="N|NAME",
+    help="For --mode partial: files the source had at this version are shared.",
 )
 @click.option(
     "--format",
@@ -415,24 +462,29 @@ def export(
     ctx: click.Context,
     uri: str,
     target: str,
-    at_version: int | None,
+    at_version: int | str | None,
     at_timestamp: datetime | None,
     tables: tuple[str, ...],
     mode: str,
+    export_name: str | None,
+    since: int | str | None,
     fmt: str,
     as_json: bool,
 ) -> None:
     """Export the database (or some tables) as of a version to TARGET.
 
     JSON (mere): {"target", "source_version", "mode", "tables", "files",
-    "bytes", "rows"}; (delta): {"target", "table", "source_version", "files",
+    "bytes", "rows", "name", "registered_version", "since", "files_copied",
+    "files_referenced"}; (delta): {"target", "table", "source_version", "files",
     "files_rewritten", "bytes", "rows"}.
     """
     check_time_travel(at_version, at_timestamp)
     if fmt == "delta" and len(tables) != 1:
         raise click.UsageError("--format delta exports one table: give exactly one --table")
-    if fmt == "delta" and mode != "full":
-        raise click.UsageError("--format delta always copies the data files (--mode full)")
+    if fmt == "delta" and (mode != "full" or export_name or since is not None):
+        raise click.UsageError(
+            "--format delta always copies the data files (--mode full, no --name or --since)"
+        )
     with open_database(uri) as db:
         version = db.snapshot(version=at_version, timestamp=at_timestamp).version
         if fmt == "delta":
@@ -443,27 +495,141 @@ def export(
                 target,
                 version=version,
                 tables=list(tables) or None,
-                mode="minimal" if mode == "minimal" else "full",
+                mode="minimal" if mode == "minimal" else "partial" if mode == "partial" else "full",
+                name=export_name,
+                since=since,
             ).to_dict()
             title = f"exported version {version} as a new database"
+            if export_name:
+                title += f" ({mode} export {export_name!r})"
     if wants_json(ctx, as_json):
         emit_json(payload)
         return
-    console().print(
-        titled(
-            title,
-            key_values(
-                [
-                    ("target", payload["target"]),
-                    ("files", f"{payload['files']:,} ({human_size(payload['bytes'])})"),
-                    ("rows", f"{payload['rows']:,}"),
-                ]
-            ),
+    rows: list[tuple[str, Any]] = [
+        ("target", payload["target"]),
+        ("files", f"{payload['files']:,} ({human_size(payload['bytes'])})"),
+        ("rows", f"{payload['rows']:,}"),
+    ]
+    if fmt == "mere" and mode != "full":
+        rows.append(
+            ("copied / shared", f"{payload['files_copied']:,} / {payload['files_referenced']:,}")
         )
+    console().print(titled(title, key_values(rows)))
+
+
+# --- named exports and tags ----------------------------------------------------------------
+
+
+@click.command("exports", short_help="List the live named exports and tags.")
+@click.argument("uri")
+@json_option
+@click.pass_context
+def exports(ctx: click.Context, uri: str, as_json: bool) -> None:
+    """List the named exports and tags the database keeps.
+
+    JSON: [{"name", "version", "mode", "target", "tables", "since",
+    "created_time", "keeps"}, ...].
+    """
+    with open_database(uri) as db:
+        found = db.exports()
+    if wants_json(ctx, as_json):
+        emit_json([info.to_dict() for info in found])
+        return
+    if not found:
+        console().print("no exports or tags")
+        return
+    table = make_table(
+        ["name", "version", "mode", "target", "tables", "since", "created"], right=("version",)
     )
+    for info in found:
+        table.add_row(
+            info.name,
+            str(info.version),
+            info.mode,
+            info.target or "-",
+            ", ".join(info.tables) if info.tables is not None else "(all)",
+            "-" if info.since is None else str(info.since),
+            short_time(datetime.fromtimestamp(info.created_time / 1000, UTC).isoformat()),
+        )
+    console().print(titled("exports and tags", table))
 
 
-COMMANDS: list[click.Command] = [restore, compact, vacuum, expire, checkpoint, export]
+@click.command("drop-export", short_help="End a named export or tag.")
+@click.argument("uri")
+@click.argument("name")
+@json_option
+@click.pass_context
+def drop_export(ctx: click.Context, uri: str, name: str, as_json: bool) -> None:
+    """End the export (or tag) NAME: vacuum and expire may then reclaim what it kept.
+
+    JSON: {"name", "version"} (the version that records the drop).
+    """
+    with open_database(uri) as db:
+        version = db.drop_export(name)
+    if wants_json(ctx, as_json):
+        emit_json({"name": name, "version": version})
+        return
+    console().print(f"dropped {name} as version {version}")
+
+
+@click.command("tag", short_help="Name a version and keep it from expiry and vacuum.")
+@click.argument("uri")
+@click.argument("name")
+@click.option(
+    "--version",
+    "at_version",
+    type=VersionOrName(),
+    default=None,
+    metavar="N|NAME",
+    help="The version to tag, or the name of an export or tag (default: the latest).",
+)
+@json_option
+@click.pass_context
+def tag(
+    ctx: click.Context, uri: str, name: str, at_version: int | str | None, as_json: bool
+) -> None:
+    """Tag a version as NAME: `--version NAME` reads it, and it stays readable until dropped.
+
+    JSON: {"name", "version", "mode", "target", "tables", "since", "created_time", "keeps"}.
+    """
+    with open_database(uri) as db:
+        info = db.tag(name, at_version)
+    if wants_json(ctx, as_json):
+        emit_json(info.to_dict())
+        return
+    console().print(f"tagged version {info.version} as {info.name}")
+
+
+@click.command("drop-tag", short_help="Drop a tag.")
+@click.argument("uri")
+@click.argument("name")
+@json_option
+@click.pass_context
+def drop_tag(ctx: click.Context, uri: str, name: str, as_json: bool) -> None:
+    """Drop the tag NAME (an export is refused: use drop-export).
+
+    JSON: {"name", "version"} (the version that records the drop).
+    """
+    with open_database(uri) as db:
+        version = db.drop_tag(name)
+    if wants_json(ctx, as_json):
+        emit_json({"name": name, "version": version})
+        return
+    console().print(f"dropped tag {name} as version {version}")
+
+
+COMMANDS: list[click.Command] = [
+    restore,
+    compact,
+    vacuum,
+    expire,
+    checkpoint,
+    export,
+    exports,
+    drop_export,
+    tag,
+    drop_tag,
+]
 
 
 def register(group: click.Group) -> None:

@@ -80,9 +80,9 @@ from mere.log.actions import (
 )
 from mere.log.keys import checkpoint_key
 from mere.log.log import Log
+from mere.maintain import common
 from mere.maintain.checkpoint import write_checkpoint
 from mere.maintain.common import (
-    EXPORT_SETTLE_SECONDS,
     DataFileMissing,
     VersionNotFound,
     shared_files,
@@ -248,10 +248,10 @@ def export(
             if mode == "partial"
             else f"since= only applies to partial exports, not {mode}"
         )
-    store = _open_target(target, db.store.uri)
-    if Log(store).latest_version() is not None:
+    located, target_uri = _locate_target(target, db.store.uri)
+    if located is not None and Log(located).latest_version() is not None:
         raise ExportTargetExists(
-            f"{store.uri} already holds a mere database", help="export to an empty location"
+            f"{target_uri} already holds a mere database", help="export to an empty location"
         )
     state = db.state_at(db.snapshot(version=version).version)
     since_state: DatabaseState | None = None
@@ -284,13 +284,17 @@ def export(
             name=name,
             version=state.version,
             mode=mode,
-            target=store.uri,
+            target=target_uri,
             tables=None if tables is None else tuple(m.name for m in chosen),
             since=None if since_state is None else since_state.version,
             created_time=int(time.time() * 1000),
         )
         registered = _register_and_secure(db, action, state, since_state, shared)
+    store = located
     try:
+        if store is None:
+            assert not isinstance(target, ObjectStore)
+            store = open_store(target)  # a local directory, created only now
         with progress("copying data files", len(copied)) as advance:
             if copied:
                 with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(copied))) as pool:
@@ -301,7 +305,7 @@ def export(
         if action is not None:
             exc.help = (
                 f"export {action.name!r} stays recorded in the source, keeping its files; "
-                f"if {store.uri} holds no database, drop it with drop_export({action.name!r})"
+                f"if {target_uri} holds no database, drop it with drop_export({action.name!r})"
             )
         raise
     except Exception:
@@ -310,7 +314,7 @@ def export(
         raise
     adds = [add for _, add in all_files]
     return ExportResult(
-        target=store.uri,
+        target=target_uri,
         source_version=state.version,
         mode=mode,
         tables=[meta.name for meta in chosen],
@@ -405,24 +409,28 @@ def _relative_path(meta: TableMeta, add: AddFile) -> str:
     return key[len(meta.prefix) :]
 
 
-def _open_target(target: str | os.PathLike[str] | ObjectStore, source_uri: str) -> ObjectStore:
-    """The target store; the source itself, or a location inside or around it, is refused.
+def _locate_target(
+    target: str | os.PathLike[str] | ObjectStore, source_uri: str
+) -> tuple[ObjectStore | None, str]:
+    """(the target store, or None for a local directory not created yet; the target's URI).
 
-    A local directory is only created once the target is known to be acceptable.
+    The source itself, or a location inside or around it, is refused; nothing
+    is created here, so a refused export leaves no directory behind.
     """
     if isinstance(target, ObjectStore):
         _check_apart(target.uri, source_uri)
-        return target
+        return target, target.uri
     try:
         store = open_store(target, create=False)
     except ObjectNotFound:
         text = os.fspath(target)
         parsed = urlparse(text)
         path = unquote(parsed.path) if parsed.scheme.lower() == "file" else text
-        _check_apart(Path(os.path.abspath(path)).as_uri(), source_uri)
-        store = open_store(target)
+        uri = Path(os.path.abspath(path)).as_uri()
+        _check_apart(uri, source_uri)
+        return None, uri
     _check_apart(store.uri, source_uri)
-    return store
+    return store, store.uri
 
 
 def _check_apart(target_uri: str, source_uri: str) -> None:
@@ -513,7 +521,7 @@ def drop_export(db: DatabaseContext, name: str, *, tag_only: bool = False) -> in
     if tag_only and found.mode != "tag":
         raise InvalidArgument(
             f"{found.name!r} is a {found.mode} export, not a tag",
-            help=f"drop it with drop_export({found.name!r})",
+            help="drop it with drop_export (CLI: mere drop-export)",
         )
 
     def check(base: DatabaseState) -> None:
@@ -599,7 +607,7 @@ def _secure(
     at_risk = _at_risk(db.latest_state(), shared)
     if not checkpoints and not at_risk:
         return
-    time.sleep(EXPORT_SETTLE_SECONDS)
+    time.sleep(common.EXPORT_SETTLE_SECONDS)
     for version in checkpoints:
         if not db.store.exists(checkpoint_key(version)):
             raise VersionNotFound(
@@ -666,8 +674,9 @@ def _unregister(db: DatabaseContext, action: Export) -> None:
         if base.export_by_name(action.name) != action:
             raise ExportNotFound(f"export {action.name!r} is gone already")
 
+    operation = "DROP TAG" if action.mode == "tag" else "DROP EXPORT"
     try:
-        _commit(db, [DropExport(action.name)], "DROP EXPORT", {"name": action.name}, check)
+        _commit(db, [DropExport(action.name)], operation, {"name": action.name}, check)
     except MereError as exc:
         log.warning("could not drop the unfinished export %r again: %s", action.name, exc)
 
