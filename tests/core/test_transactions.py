@@ -279,7 +279,8 @@ def test_old_transaction_moves_to_the_latest_version_before_committing(
     old.table("a").append(kv((1, 1)))
     first = db.table("b").append(kv((2, 2)))
     db.table("b").append(kv((3, 3)))
-    db.store.delete(commit_key(first))  # as if expired (a checkpoint would cover it)
+    for version in range(first + 1):  # as if expired (a checkpoint would cover them)
+        db.store.delete(commit_key(version))  # a prefix: one commit alone would be a gap
     monkeypatch.setattr(txn_module, "STALE_SNAPSHOT_SECONDS", -1.0)
     with pytest.raises(mere.VersionNotFound):
         old.commit()  # it cannot validate the expired commit: it must not re-create it
