@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -733,3 +734,141 @@ def test_unnamed_exports_stay_full_copies_and_record_nothing(tmp_path: Path) -> 
     )
     with pytest.raises(mere.VersionNotFound, match="expired"):
         db.snapshot(version="full-copy")  # its name resolves; the version is gone
+
+
+# --- many processes ----------------------------------------------------------------------------
+
+RUN_SECONDS = 15.0
+RETENTION = timedelta(seconds=4)
+
+
+def _writer(db_path: str, first_id: int, stop: Any) -> None:
+    """Appends, deletes, updates and compacts until told to stop; conflicts are retried."""
+    db = mere.connect(db_path)
+    next_id, step = first_id, 0
+    while not stop.is_set():
+        step += 1
+        try:
+            if step % 7 == 0:
+                db.table("events").compact()
+            elif step % 3 == 0:
+                db.table("events").delete(f"id < {next_id - 15} AND id % 3 = {step % 3}")
+            elif step % 5 == 0:
+                db.table("events").update(f"id >= {next_id - 5}", {"amount": "amount + 1"})
+            else:
+                db.table("events").append(events(range(next_id, next_id + 5)))
+                next_id += 5
+        except mere.ConflictError:
+            continue
+
+
+def _maintainer(db_path: str, stop: Any) -> None:
+    """Expires and vacuums with a short retention (forced) until told to stop."""
+    db = mere.connect(db_path)
+    while not stop.is_set():
+        db.expire(RETENTION, force=True)
+        db.vacuum(RETENTION, force=True)
+
+
+def _exporter(db_path: str, label: str, out: str, targets: str, stop: Any) -> None:
+    """Creates minimal and partial exports and tags of recent and older versions.
+
+    Each success is recorded with the rows its version holds, read at once
+    through the name (and through the target); a refusal (the version was
+    expired or vacuumed first) is recorded too. Names ``race-<n>`` are tried by
+    every exporter: exactly one may get each.
+    """
+    db = mere.connect(db_path)
+    n = 0
+    with open(out, "a") as sink:
+        while not stop.is_set():
+            n += 1
+            kind = ("tag", "minimal", "partial", "race")[n % 4]
+            name = f"race-{n // 4}" if kind == "race" else f"{label}-{kind}-{n}"
+            back = 0 if kind == "race" else (n * 17) % 50
+            record: dict[str, Any] = {"name": name, "kind": kind}
+            try:
+                version = max(2, db.version - back)  # 2: the first rows
+                if kind in ("tag", "race"):
+                    version = db.tag(name, version=version).version
+                else:
+                    target = f"{targets}/{name}"
+                    since = {"since": max(2, version - 4)} if kind == "partial" else {}
+                    result = db.export(
+                        target,
+                        version,
+                        mode=kind,
+                        name=name,
+                        **since,  # type: ignore[arg-type]
+                    )
+                    version = result.source_version
+                    record["target"] = target
+                    record["target_ids"] = ids_of(
+                        mere.connect(target, create=False).table("events")
+                    )
+                record["version"] = version
+                record["ids"] = ids_of(db.snapshot(version=name).table("events"))
+                record["outcome"] = "made"
+            except (ExportExists, mere.VersionNotFound, mere.DataFileMissing) as exc:
+                record["outcome"] = type(exc).__name__
+            sink.write(json.dumps(record) + "\n")
+            sink.flush()
+
+
+@pytest.mark.slow
+def test_exports_and_tags_made_while_writers_commit_and_vacuum_runs_lose_no_file(
+    tmp_path: Path, processes: Any
+) -> None:
+    db_path = tmp_path / "src"
+    db = mere.connect(db_path)
+    db.create_table("events", EVENTS, partition_by=["part"])
+    db.table("events").append(events(range(100)))
+    db.tag("origin")  # the format upgrade, before the writers start
+    origin = ids_of(db.table("events"))
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    stop = processes.context.Event()
+    children = [processes.start(_writer, str(db_path), 1000 * (w + 1), stop) for w in range(2)]
+    children.append(processes.start(_maintainer, str(db_path), stop))
+    outs = [tmp_path / f"exports-{i}.jsonl" for i in range(2)]
+    children += [
+        processes.start(_exporter, str(db_path), f"x{i}", str(out), str(targets), stop)
+        for i, out in enumerate(outs)
+    ]
+    time.sleep(RUN_SECONDS)
+    stop.set()
+    processes.join(children)
+    assert [child.exitcode for child in children] == [0] * len(children)
+
+    records = [json.loads(line) for out in outs for line in out.read_text().splitlines()]
+    made = [r for r in records if r["outcome"] == "made"]
+    assert len([r for r in made if r["kind"] != "race"]) >= 4, records
+    assert {r["kind"] for r in made} >= {"tag", "minimal", "partial"}, records
+    races: dict[str, list[str]] = {}
+    for r in records:
+        if r["kind"] == "race":
+            races.setdefault(r["name"], []).append(r["outcome"])
+    for name, outcomes in races.items():
+        assert outcomes.count("made") <= 1, (name, outcomes)
+        if len(outcomes) == 2:
+            assert sorted(outcomes) == ["ExportExists", "made"], (name, outcomes)
+
+    # Nothing is retained but what the exports keep: every one still reads its version.
+    db = mere.connect(db_path, create=False)
+    cleanup(db)
+    live = {info.name: info for info in db.exports()}
+    assert set(live) == {"origin"} | {r["name"] for r in made}
+    assert ids_of(db.snapshot(version="origin").table("events")) == origin
+    for r in made:
+        assert live[r["name"]].version == r["version"]
+        if r["kind"] != "partial":  # a partial export's copied files are not the source's to keep
+            assert ids_of(db.snapshot(version=r["name"]).table("events")) == r["ids"], r
+        if "target" in r:
+            target = mere.connect(r["target"], create=False)
+            assert ids_of(target.table("events")) == r["target_ids"] == r["ids"], r
+    # Dropping them all lets vacuum reclaim what they kept.
+    for name in live:
+        db.drop_export(name)
+    _, vacuumed = cleanup(db)
+    assert vacuumed.kept_for_exports == {} and vacuumed.files_deleted > 0
+    assert ids_of(db.table("events")) == ids_of(mere.connect(db_path, create=False).table("events"))
