@@ -10,7 +10,7 @@ from click.testing import CliRunner, Result
 
 import mere
 from mere.cli import cli
-from mere.log.keys import LATEST_HINT, commit_key
+from mere.log.keys import CHECKPOINT_HINT, commit_key
 
 LATEST = 4  # version 1 creates t, 2..4 append x = 0..2
 
@@ -51,8 +51,9 @@ def test_a_clean_database_as_json(uri: str) -> None:
 
 def test_findings_are_one_line_each_and_exit_1(uri: str) -> None:
     db = store_of(uri)
+    db.log.write_latest_hint(LATEST)  # not below the gap: that would be one more finding
     db.store.delete(commit_key(2))
-    db.store.put(LATEST_HINT, b"garbage")
+    db.store.put(CHECKPOINT_HINT, b"garbage")
     done = run("check", uri)
     assert done.exit_code == 1
     lines = done.output.splitlines()
@@ -60,7 +61,7 @@ def test_findings_are_one_line_each_and_exit_1(uri: str) -> None:
     assert lines[0].startswith(f"GAP {commit_key(2)}: the commit of version 2 is missing")
     assert "a gap in the log" in lines[0]
     assert lines[1].startswith(f"UNREADABLE {commit_key(LATEST)}: ")
-    assert lines[2].startswith(f"BAD_HINT {LATEST_HINT}: is not a valid hint")
+    assert lines[2].startswith(f"BAD_HINT {CHECKPOINT_HINT}: is not a valid hint")
     assert lines[3].startswith("3 findings in versions 0..4")
 
 
@@ -107,12 +108,13 @@ def test_repair_removes_a_missing_file_by_a_forward_commit(uri: str) -> None:
 
 
 def test_repair_text_output_says_what_it_did(uri: str) -> None:
-    store_of(uri).store.put(LATEST_HINT, b'{"version": 50}')
+    store_of(uri).checkpoint()
+    store_of(uri).store.put(CHECKPOINT_HINT, b'{"version": 50}')
     done = run("check", uri, "--repair")
     assert done.exit_code == 1
     first, summary = done.output.splitlines()
     assert first == (
-        f"BAD_HINT {LATEST_HINT}: names version 50, beyond the latest version {LATEST} "
+        f"BAD_HINT {CHECKPOINT_HINT}: names version 50, beyond the latest version {LATEST} "
         f"[repaired: rewrote it to version {LATEST}]"
     )
     assert summary.endswith("; 1 repaired")

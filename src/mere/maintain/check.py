@@ -113,6 +113,8 @@ BATCH = 64
 READ_THREADS = 8
 #: How often the REPAIR commit starts over after losing to a conflicting commit.
 REPAIR_ATTEMPTS = 3
+#: What a person can do about a bad checkpoint (repair never deletes or overwrites one).
+MOVE_AWAY = "move it away by hand: readers then rebuild those versions from the log"
 #: Differences a checkpoint mismatch lists before "and N more".
 MAX_DIFFERENCES = 3
 
@@ -270,7 +272,8 @@ class _Walk:
                         f"a checkpoint at version {version}, beyond the latest version "
                         f"{self.latest}",
                         version=version,
-                        repair="nothing reads it; it can be deleted by hand",
+                        repair="once the log reaches that version readers will trust it; "
+                        "move it away by hand (repair never deletes a checkpoint)",
                     )
                 )
         first = self.oldest
@@ -439,6 +442,8 @@ class _Walk:
                     key,
                     f"the checkpoint of version {version} cannot be read: {exc.reason}",
                     version=version,
+                    # Without a known state before it, the log cannot replace it.
+                    repair=MOVE_AWAY if self.state is not None else "put it back from a backup",
                 )
             )
             return
@@ -460,6 +465,7 @@ class _Walk:
                 key,
                 f"the checkpoint of version {version} disagrees with the log: {shown}",
                 version=version,
+                repair=MOVE_AWAY,
             )
         )
         # The log is the authority: go on from its state.
@@ -550,7 +556,7 @@ def _readers_state(
         for finding in walk.bad_checkpoints.values():
             finding.repair = (
                 "readers of the latest version use it; repair writes a checkpoint of the "
-                "log's state at the latest version"
+                f"log's state at the latest version; {MOVE_AWAY}"
             )
     if repair and latest not in walk.checkpoints:
         db.log.write_checkpoint(latest, truth.timestamp, list(truth.live_actions()))
@@ -558,17 +564,16 @@ def _readers_state(
         walk.good_checkpoints.add(latest)
         note = (
             f"wrote a checkpoint of the log's state at the latest version {latest}, which "
-            "reads right again; older versions still read this checkpoint"
+            f"reads right again; older versions still read this checkpoint: {MOVE_AWAY}"
         )
         for version, finding in walk.bad_checkpoints.items():
             if version < latest:
                 finding.repair = note
         return truth
     if latest in walk.bad_checkpoints:
-        walk.bad_checkpoints[latest].repair = (
-            "the latest version reads it; a checkpoint cannot be overwritten: commit a "
-            "restore of the affected tables"
-        )
+        walk.bad_checkpoints[
+            latest
+        ].repair = f"the latest version reads it and repair cannot replace it; {MOVE_AWAY}"
     return readers
 
 
