@@ -17,9 +17,11 @@ import pyarrow as pa
 from mere.data.writer import DEFAULT_TARGET_FILE_SIZE
 from mere.errors import (
     ConflictError,
+    ConstraintViolation,
     DatabaseNotFound,
     InvalidArgument,
     ObjectNotFound,
+    SchemaMismatch,
     TableNotFound,
     VersionNotFound,
 )
@@ -213,7 +215,8 @@ class Database:
             if self._cached is None or state.version > self._cached.version:
                 self._cached = state
         self._saw_committed(state.version)
-        self.log.write_latest_hint(state.version)
+        if self.log.hint_due(state.version):
+            self.log.write_latest_hint(state.version)
         if state.version > 0 and state.version % self.checkpoint_interval(state) == 0:
             self._write_checkpoint(state)
 
@@ -532,6 +535,10 @@ class Table:
         on the new version, with jittered backoff, at most ``UPSERT_ATTEMPTS``
         times: concurrent upserts never duplicate a key.
         """
+        if on_duplicate == "error":
+            version = self._append_from_cache(data, schema_mode)
+            if version is not None:
+                return version
         attempts = UPSERT_ATTEMPTS if on_duplicate != "error" else 1
         for attempt in range(1, attempts + 1):
             tx = self._db.transaction()
@@ -554,6 +561,32 @@ class Table:
             assert tx.commit_version is not None
             return tx.commit_version
         raise AssertionError("unreachable")
+
+    def _append_from_cache(self, data: Any, schema_mode: SchemaMode) -> int | None:
+        """A blind append by a client that keeps committing: no request to find the latest.
+
+        It starts from the state this client saw committed a moment ago and
+        puts its commit at the next version directly; losing that race only
+        makes it rebase onto the winners (a blind append conflicts with none
+        but a change of the table itself). If anything goes wrong that a
+        fresher state could change — another client altered, dropped or
+        re-created the table — it returns None and the caller starts over
+        from the latest version, so no error ever comes from a stale start.
+        """
+        state = self._db._fresh_cached_state()
+        if state is None or state.table_by_name(self.name) is None:
+            return None
+        if isinstance(data, pa.RecordBatchReader):
+            return None  # read once: it cannot be offered to a second attempt
+        tx = self._db.begin(state=state)
+        try:
+            table = tx.table(self.name)
+            run_statement(
+                tx, lambda _: table.append(data, schema_mode=schema_mode), autocommit=True
+            )
+        except (ConflictError, SchemaMismatch, ConstraintViolation, TableNotFound):
+            return None
+        return tx.commit_version
 
     def delete(self, where: str) -> int:
         """Delete matching rows in a transaction of their own; returns how many."""

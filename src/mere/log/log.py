@@ -39,6 +39,10 @@ log = logging.getLogger("mere.log")
 
 #: Forward probes before falling back to a listing (a very stale hint).
 MAX_PROBES = 16
+#: Writers refresh the latest-version hint at versions that are multiples of this,
+#: and a reader that had to probe further than this past the hint refreshes it:
+#: discovery then costs one get and at most HINT_INTERVAL + 1 heads (docs/format.md §3).
+HINT_INTERVAL = 8
 #: How often an ambiguous commit put is re-tried with the same bytes.
 AMBIGUOUS_PUT_ATTEMPTS = 3
 
@@ -73,13 +77,26 @@ class Log:
             if self.store.exists(commit_key(hint)):
                 start = hint
         if start is None:
-            return self._latest_by_listing(None)
+            latest = self._latest_by_listing(None)
+            if latest is not None:
+                self.write_latest_hint(latest)
+            return latest
         version = start
         for _ in range(MAX_PROBES):
             if not self.store.exists(commit_key(version + 1)):
+                if version - start > HINT_INTERVAL and (hint is None or hint < version):
+                    self.write_latest_hint(version)  # the next reader need not probe as far
                 return version
             version += 1
-        return self._latest_by_listing(version)
+        latest = self._latest_by_listing(version)
+        if latest is not None:
+            self.write_latest_hint(latest)
+        return latest
+
+    @staticmethod
+    def hint_due(version: int) -> bool:
+        """Whether the writer of ``version`` refreshes the latest-version hint."""
+        return version % HINT_INTERVAL == 0
 
     def _latest_by_listing(self, known: int | None) -> int | None:
         after = commit_key(known) if known is not None else None
