@@ -98,10 +98,12 @@ def values(sql: str, table: pa.Table = TABLE) -> list:
         ("TRUE", [1, 2, 3, 4, 5]),
         ("FALSE", []),
         ("1 = 1", [1, 2, 3, 4, 5]),
-        ("f > 1", [1, 4]),
+        ("f > 1", [1, 4, 5]),  # NaN is above every number
         ("f = 0", [3]),  # -0.0 = 0
-        ("f != 2", [1, 3, 5]),  # NaN != 2 (IEEE)
-        ("f > 100", []),  # NaN > 100 is false
+        ("f != 2", [1, 3, 5]),  # NaN != 2
+        ("f > 100", [5]),  # NaN > 100
+        ("f < 100", [1, 3, 4]),  # NaN is not < 100
+        ("f = CAST('NaN' AS DOUBLE)", [5]),  # NaN = NaN
         ("d > 1.5", [5]),
         ("d >= 1.5", [1, 5]),
         ("d = 0", [4]),

@@ -94,7 +94,8 @@ FILE = {
         ("CAST(x AS DOUBLE) > 100.5", True),
         ("x > 60.5", True),
         ("x > 1e3", True),
-        ("f > 2.5", True),
+        ("f > 2.5", False),  # NaN > 2.5: statistics leave NaN out
+        ("f < 0.5", True),
         ("f = 1", False),
         ("f != 1", False),
         ("d > 10", True),
@@ -193,14 +194,21 @@ def test_empty_file_never_matches():
 
 
 def test_float_nan_is_respected():
-    # Statistics ignore NaN: a NaN row satisfies != and NOT (=) even outside min/max.
+    # Statistics ignore NaN, and NaN is above every number: a NaN row satisfies !=,
+    # NOT (=), > and >= even outside min/max, but never < or =.
     file = {"f": ColumnRange(1.0, 1.0, 0, 10)}
     assert not prunes("f != 1", file)
     assert not prunes("NOT (f = 1)", file)
     assert not prunes("NOT (f < 5)", file)
-    assert prunes("f > 1", file)
+    assert not prunes("f > 1", file)
+    assert not prunes("f >= 1e308", file)
+    assert prunes("f < 1", file)
+    assert prunes("f = 2", file)
+    assert prunes("f IN (2, 3)", file)
+    assert not prunes("f IN (2, CAST('NaN' AS DOUBLE))", file)
     nan_bounds = {"f": ColumnRange(float("nan"), float("nan"), 0, 10)}
     assert not prunes("f > 1", nan_bounds)
+    assert not prunes("f < 1", nan_bounds)
 
 
 def test_type_mismatched_facts_are_ignored_not_fatal():
@@ -254,7 +262,7 @@ def files(draw) -> pa.Table:
 
 
 def facts(table: pa.Table, forget: set[str], vague: set[str]) -> dict[str, ColumnRange]:
-    """What a writer records: min/max of the non-null, non-NaN values, and null counts."""
+    """What a writer records: min/max of the non-null, non-NaN values, null and NaN counts."""
     out = {}
     for name in table.column_names:
         if name in forget:
@@ -263,10 +271,11 @@ def facts(table: pa.Table, forget: set[str], vague: set[str]) -> dict[str, Colum
         ordered = [v for v in values if not (isinstance(v, float) and math.isnan(v))]
         lo, hi = (min(ordered), max(ordered)) if ordered else (None, None)
         nulls = table.num_rows - len(values)
+        nans = len(values) - len(ordered) if pa.types.is_floating(table[name].type) else None
         if name in vague:
             out[name] = ColumnRange(None, hi, None, table.num_rows)
         else:
-            out[name] = ColumnRange(lo, hi, nulls, table.num_rows)
+            out[name] = ColumnRange(lo, hi, nulls, table.num_rows, nans)
     return out
 
 
@@ -293,7 +302,7 @@ OPS = ["=", "!=", "<", "<=", ">", ">="]
 
 @st.composite
 def leaf(draw) -> str:
-    kind = draw(st.integers(0, 11))
+    kind = draw(st.integers(0, 13))
     col = draw(st.sampled_from(ORDERED))
     value = _lit(
         col, draw(st.none() | VALUES[col]) if draw(st.integers(0, 9)) == 0 else draw(VALUES[col])
@@ -331,9 +340,37 @@ def leaf(draw) -> str:
     if kind == 9:
         return f"-{draw(st.sampled_from(NUMERIC))} {op} {_lit('i', draw(VALUES['i']))}"
     if kind == 10:
-        operand = draw(st.sampled_from(["i", "j", "d"]))
+        operand = draw(st.sampled_from(["i", "j", "d", "f"]))
         return f"CAST({operand} AS DOUBLE) {op} {value if col in NUMERIC else '1.5'}"
-    return f"day {op} tz" if draw(st.booleans()) else f"tz {op} DATE '2024-01-01'"
+    if kind == 11:
+        return f"day {op} tz" if draw(st.booleans()) else f"tz {op} DATE '2024-01-01'"
+    if kind == 12:
+        neg = "NOT " if draw(st.booleans()) else ""
+        other = draw(st.sampled_from([value, *ORDERED]))
+        other = other if other in ORDERED and _family(other) == _family(col) else value
+        return f"{col} IS {neg}DISTINCT FROM {other}"
+    return draw(
+        st.sampled_from(
+            [
+                "isnan(f)",
+                "NOT isnan(f)",
+                "starts_with(s, 'a')",
+                "starts_with(s, 'ab')",
+                "s LIKE 'ab%'",
+                f"year(day) {op} 2024",
+                f"date_trunc('day', tz) {op} '2024-01-01 00:00:00'",
+                f"date_trunc('month', day) {op} DATE '2024-01-01'",
+                f"CAST(f AS BIGINT) {op} 1",
+                f"CAST(d AS INTEGER) {op} 1",
+                "f > CAST('inf' AS DOUBLE)",
+                "f = CAST('NaN' AS DOUBLE)",
+            ]
+        )
+    )
+
+
+def _family(col: str) -> str:
+    return "number" if col in NUMERIC else col
 
 
 predicates = st.recursive(
@@ -409,13 +446,38 @@ def covers(sql: str, ranges: dict[str, ColumnRange], rows: int = 100) -> bool:
         ("y > -10 OR y IS NULL", False),  # sub-predicates taken as independent: conservative
         ("country >= 'GB' AND x < 51", True),
         ("NOT (x > 50)", True),
-        ("f < 3", False),  # a float may hold NaN, which compares FALSE
+        ("f < 3", False),  # a float may hold NaN, which is not < 3
+        ("f > 0", True),  # ... but is > 0
+        ("s LIKE 'a%'", False),  # 'banana' does not
+        ("starts_with(country, 'G') OR starts_with(country, 'U')", False),
         ("s LIKE '%'", True),
         ("x * 2 > 0", False),  # not analysed
     ],
 )
 def test_must_match(sql: str, covered: bool) -> None:
     assert covers(sql, FILE) is covered
+
+
+def test_nan_counts_sharpen_float_skipping() -> None:
+    no_nan = {"f": ColumnRange(0.5, 2.5, 0, 100, nan_count=0)}
+    assert prunes("f > 2.5", no_nan)
+    assert prunes("isnan(f)", no_nan)
+    assert covers("f < 3", no_nan)
+    assert covers("NOT isnan(f)", no_nan)
+    all_nan = {"f": ColumnRange(None, None, 0, 100, nan_count=100)}
+    assert prunes("f < 1e308", all_nan)
+    assert prunes("f = 1", all_nan)
+    assert covers("f > CAST('inf' AS DOUBLE)", all_nan)
+    assert covers("f = CAST('NaN' AS DOUBLE)", all_nan)
+    assert not prunes("f > 1", {"f": ColumnRange(0.5, 0.5, 0, 100, nan_count=None)})
+
+
+def test_starts_with_and_prefix_like_cover_a_file_between_prefixed_bounds() -> None:
+    names = {"s": R("apple", "apricot")}
+    assert covers("starts_with(s, 'ap')", names)
+    assert covers("s LIKE 'ap%'", names)
+    assert not covers("s LIKE 'app%'", names)
+    assert prunes("starts_with(s, 'b')", names)
 
 
 def test_must_match_on_partition_values() -> None:

@@ -158,4 +158,6 @@ def _assemble(
             arrays.append(col if col.type == f.type else col.cast(f.type))
         else:
             arrays.append(pa.nulls(rows, f.type))
+    if not arrays:  # no columns: keep the row count (a count, or scan(columns=[]))
+        return pa.table({"_": pa.nulls(rows)}).select([])
     return pa.Table.from_arrays(arrays, schema=schema)

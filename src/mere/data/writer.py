@@ -3,9 +3,9 @@
 Rows are split by partition, buffered, and written as row groups into an
 in-memory Parquet file per partition; when a file reaches the target size it
 is uploaded create-only under a fresh name and becomes an :class:`AddFile`.
-Statistics (row count, per-column min/max/null count) are computed from the
-Arrow data as it is written, so they are exact and never depend on what a
-Parquet writer chose to record.
+Statistics (row count, per-column min/max/null count, and the NaN count of
+floating-point columns) are computed from the Arrow data as it is written, so
+they are exact and never depend on what a Parquet writer chose to record.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class _ColumnStats:
     min: Any = None
     max: Any = None
     nulls: int = 0
+    nans: int | None = None  # NaN values, for floating-point columns
     exact: bool = True  # False once a min/max could not be recorded
 
 
@@ -190,6 +191,10 @@ def _update_stats(stats: dict[str, _ColumnStats], part: pa.Table) -> None:
     for name, s in stats.items():
         col = part.column(name)
         s.nulls += col.null_count
+        if pa.types.is_floating(col.type):
+            # min/max leave NaN out; the count tells readers whether NaN (which
+            # sorts above every number) may be there.
+            s.nans = (s.nans or 0) + (pc.sum(pc.is_nan(col)).as_py() or 0)
         if not s.exact or not has_statistics(col.type) or col.null_count == len(col):
             continue
         mm = pc.min_max(col)
@@ -211,12 +216,16 @@ def _update_stats(stats: dict[str, _ColumnStats], part: pa.Table) -> None:
 def _stats_json(rows: int, stats: dict[str, _ColumnStats]) -> dict[str, Any]:
     mins = {n: s.min[1] for n, s in stats.items() if s.exact and s.min is not None}
     maxs = {n: s.max[1] for n, s in stats.items() if s.exact and s.max is not None}
-    return {
+    out: dict[str, Any] = {
         "numRecords": rows,
         "minValues": mins,
         "maxValues": maxs,
         "nullCount": {n: s.nulls for n, s in stats.items()},
     }
+    nans = {n: s.nans for n, s in stats.items() if s.nans is not None}
+    if nans:
+        out["nanCount"] = nans
+    return out
 
 
 UPLOAD_ATTEMPTS = 3

@@ -5,25 +5,27 @@ Typical use::
     predicate = bind(parse("amount > 10 AND country IN ('FR', 'DE')"), schema)
     if not is_boolean(predicate): ...                    # a filter must be boolean
     if may_match(predicate, ranges, row_count): ...      # skip files by statistics
-    table = table.filter(to_arrow(predicate))            # filter rows
+    table = filter_table(predicate, table)               # filter rows
     values = evaluate(bind(parse("price * 1.1"), schema), table)   # compute a value
 
 Text is parsed with sqlglot's DuckDB dialect (:mod:`mere.expr.parse`), names and
 types are resolved by :func:`bind` (:mod:`mere.expr.bind`), evaluation follows SQL
-three-valued logic (:mod:`mere.expr.arrow`), and skipping is sound by construction
-(:mod:`mere.expr.skipping`). Every user-facing error is
+three-valued logic with NaN the greatest float, equal to itself (:mod:`mere.expr.arrow`),
+and skipping is sound by construction (:mod:`mere.expr.skipping`). The language, as
+users see it, is described in docs/filters.md. Every user-facing error is
 :class:`~mere.errors.InvalidExpression`.
 """
 
 from __future__ import annotations
 
-from mere.expr.arrow import evaluate, to_arrow
+from mere.expr.arrow import evaluate, filter_table, to_arrow
 from mere.expr.ast import (
     And,
     Arith,
     Cast,
     Column,
     Compare,
+    Distinct,
     Expr,
     Func,
     In,
@@ -39,7 +41,7 @@ from mere.expr.ast import (
 )
 from mere.expr.bind import bind, is_boolean
 from mere.expr.parse import parse
-from mere.expr.skipping import ColumnRange, may_match, must_match
+from mere.expr.skipping import ColumnRange, may_match, must_match, row_group_pushdown
 
 __all__ = [
     "And",
@@ -48,6 +50,7 @@ __all__ = [
     "Column",
     "ColumnRange",
     "Compare",
+    "Distinct",
     "Expr",
     "Func",
     "In",
@@ -60,11 +63,13 @@ __all__ = [
     "Or",
     "bind",
     "evaluate",
+    "filter_table",
     "is_boolean",
     "may_match",
     "must_match",
     "parse",
     "referenced_columns",
+    "row_group_pushdown",
     "to_arrow",
     "to_sql",
 ]

@@ -10,12 +10,21 @@ SQL semantics kept here:
 * ``+ - *`` and unary minus use Arrow's *checked* kernels: overflow is an error, as
   in DuckDB, never a silent wrap-around;
 * ``/``, ``//`` and ``%`` by zero give NULL (the divisor is replaced by NULL first);
-* floating-point NaN follows IEEE comparisons (NaN = NaN is false), as Arrow does.
+* floating-point NaN equals NaN and sorts above every other value, ``+inf`` included
+  (as in DuckDB, Spark and PostgreSQL; Arrow's kernels follow IEEE, so comparisons of
+  floats test for NaN first), and ``-0.0 = 0.0``;
+* user-written casts round as DuckDB does (:func:`cast_values`) and fail on overflow;
+* run-time failures (overflow, a failing cast) become
+  :class:`~mere.errors.InvalidExpression` naming the expression (:func:`evaluate`,
+  :func:`filter_table`).
 """
 
 from __future__ import annotations
 
+import math
+import re
 from functools import reduce
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,7 +53,28 @@ _ARITH_KERNELS = {
 _DIVISIONS = ("/", "//", "%")
 #: Decimal digits of the largest value of an integer type, by bit width.
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 20}
-_UNARY_KERNELS = {"lower": "utf8_lower", "upper": "utf8_upper", "abs": "abs_checked"}
+_UNARY_KERNELS = {
+    "lower": "utf8_lower",
+    "upper": "utf8_upper",
+    "abs": "abs_checked",
+}
+#: Functions of a date or timestamp (computed in the column's time zone, if it has one).
+_DATE_FUNCTIONS = ("year", "quarter", "month", "day", "hour", "minute", "second", "date_trunc")
+#: The outcome of ``x op y`` when at least one side is NaN, given which sides are.
+_NAN_OUTCOME = {
+    "=": lambda a, b: pc.and_kleene(a, b),
+    "!=": lambda a, b: pc.xor(a, b),
+    "<": lambda a, b: pc.and_kleene(pc.invert(a), b),
+    "<=": lambda a, b: b,
+    ">": lambda a, b: pc.and_kleene(a, pc.invert(b)),
+    ">=": lambda a, b: a,
+}
+_TRIM = {"trim": "utf8_trim", "ltrim": "utf8_ltrim", "rtrim": "utf8_rtrim"}
+_STRING_TESTS = {
+    "starts_with": "starts_with",
+    "ends_with": "ends_with",
+    "contains": "match_substring",
+}
 
 
 def arith_result_type(op: str, operand_type: pa.DataType) -> pa.DataType:
@@ -91,11 +121,53 @@ def evaluate(expr: ast.Expr, table: pa.Table) -> pa.ChunkedArray:
     try:
         result = ds.dataset(source).to_table(columns={"value": arrow_expr})
     except pa.ArrowException as e:
-        raise InvalidExpression(
-            f"evaluating {to_sql(expr)!r} failed: {str(e).strip().splitlines()[0]}",
-            help="check the data for overflow or values the expression cannot convert",
-        ) from None
+        raise evaluation_error(expr, e) from None
     return result.column("value")
+
+
+def filter_table(predicate: ast.Expr, table: pa.Table, *, text: str | None = None) -> pa.Table:
+    """The rows of ``table`` where the bound ``predicate`` is TRUE (FALSE and NULL drop a row).
+
+    Errors at run time (overflow, a failing cast) become InvalidExpression naming
+    ``text`` (the predicate as the user wrote it) or else the predicate's SQL. A table
+    without columns keeps its row count.
+    """
+    _require_bound(predicate)
+    try:
+        if table.num_columns == 0:
+            source = pa.table({"_": pa.nulls(table.num_rows)})
+            return source.filter(to_arrow(predicate)).select([])
+        return table.filter(to_arrow(predicate))
+    except pa.ArrowException as e:
+        raise evaluation_error(predicate, e, text) from None
+
+
+_TRUNCATED = re.compile(r"Float value (\S+) was truncated converting to (\w+)")
+_NOT_IN_RANGE = re.compile(r"Integer value (\S+) not in range: (\S+) to (\S+)")
+
+
+def evaluation_error(
+    expr: ast.Expr, error: Exception, text: str | None = None
+) -> InvalidExpression:
+    """The InvalidExpression for a run-time failure of ``expr`` (overflow, a failing cast)."""
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    truncated, not_in_range = _TRUNCATED.search(detail), _NOT_IN_RANGE.search(detail)
+    if detail == "overflow":
+        detail = "integer overflow: a result does not fit in its type"
+    elif truncated:
+        value = truncated.group(1)
+        value = value if len(value) <= 24 else f"{float(value):.6g}"
+        detail = f"the value {value} is out of range for {truncated.group(2).upper()}"
+    elif not_in_range:
+        low, high = not_in_range.group(2), not_in_range.group(3)
+        detail = f"the value {not_in_range.group(1)} is out of range ({low} to {high})"
+    elif len(detail) > 200:
+        detail = detail[:197] + "..."
+    return InvalidExpression(
+        f"evaluating {text if text is not None else to_sql(expr)!r} failed: {detail}",
+        help="integer arithmetic fails on overflow (as in DuckDB): CAST an operand to BIGINT, "
+        "DECIMAL or DOUBLE first; casts fail on values out of the target type's range",
+    )
 
 
 def _require_bound(expr: ast.Expr) -> None:
@@ -115,8 +187,9 @@ def _convert(expr: ast.Expr) -> pc.Expression:
         assert expr.type is not None
         return _scalar(expr.value, expr.type)
     if isinstance(expr, ast.Compare):
-        kernel = getattr(pc, _COMPARE_KERNELS[expr.op])
-        return kernel(_convert(expr.left), _convert(expr.right))
+        return _compare(expr.op, expr.left, expr.right)
+    if isinstance(expr, ast.Distinct):
+        return _distinct(expr)
     if isinstance(expr, ast.And):
         return reduce(pc.and_kleene, (_convert(i) for i in expr.items))
     if isinstance(expr, ast.Or):
@@ -149,16 +222,96 @@ def _convert(expr: ast.Expr) -> pc.Expression:
     raise TypeError(f"not an expression node: {expr!r}")
 
 
-def _cast(expr: ast.Cast) -> pc.Expression:
-    operand = _convert(expr.operand)
-    src, dst = expr.operand.type, expr.to
-    if src is not None and pa.types.is_integer(src) and pa.types.is_decimal(dst):
+def _compare(op: str, left: ast.Expr, right: ast.Expr) -> pc.Expression:
+    """``left op right`` (one type after binding), with NaN the greatest float, equal to itself."""
+    a, b = _convert(left), _convert(right)
+    plain = getattr(pc, _COMPARE_KERNELS[op])(a, b)
+    if left.type is None or not pa.types.is_floating(left.type):
+        return plain
+    a_nan, b_nan = _nan_test(left, a), _nan_test(right, b)
+    # Against a number that is not NaN, IEEE already answers = != and "the other side
+    # is smaller" right: NaN = 5 and NaN < 5 are FALSE, NaN != 5 is TRUE.
+    if b_nan is None and op in ("=", "!=", "<", "<="):
+        return plain
+    if a_nan is None and op in ("=", "!=", ">", ">="):
+        return plain
+    false = _scalar(False, pa.bool_())
+    a_nan = false if a_nan is None else a_nan
+    b_nan = false if b_nan is None else b_nan
+    # ``plain`` is NULL exactly when a side is NULL; otherwise NaN decides if present.
+    nan_decides = pc.and_kleene(pc.is_valid(plain), pc.or_kleene(a_nan, b_nan))
+    return pc.if_else(nan_decides, _NAN_OUTCOME[op](a_nan, b_nan), plain)
+
+
+def _nan_test(node: ast.Expr, converted: pc.Expression) -> pc.Expression | None:
+    """``is_nan(node)``, or None when ``node`` is a literal that is not NaN."""
+    if isinstance(node, ast.Literal):
+        if isinstance(node.value, float) and math.isnan(node.value):
+            return _scalar(True, pa.bool_())
+        return None
+    return pc.is_nan(converted)
+
+
+def _distinct(expr: ast.Distinct) -> pc.Expression:
+    """``IS [NOT] DISTINCT FROM``: NULLs are equal to each other, never NULL itself."""
+    a, b = _convert(expr.left), _convert(expr.right)
+    a_null, b_null = pc.is_null(a), pc.is_null(b)
+    equal = pc.if_else(
+        pc.or_kleene(a_null, b_null),
+        pc.and_kleene(a_null, b_null),
+        _compare("=", expr.left, expr.right),
+    )
+    return equal if expr.negated else pc.invert(equal)
+
+
+def cast_values(values: Any, src: pa.DataType, dst: pa.DataType, safe: bool = True) -> Any:
+    """``values`` (a compute Expression or an Array) cast from ``src`` to ``dst``.
+
+    ``safe`` casts (every user-written CAST) follow DuckDB: floating-point to integer
+    rounds half to even; decimal to integer, decimal to a smaller scale and
+    floating-point to decimal round half away from zero; values out of the target's
+    range (and NaN or infinity to an integer) fail. Unsafe casts are binding's
+    deliberate roundings (an integer compared with a float becomes the nearest float).
+    """
+    t = pa.types
+    if safe and t.is_floating(src) and t.is_integer(dst):
+        values = pc.round(values, round_mode="half_to_even")
+    elif safe and t.is_decimal(src) and t.is_integer(dst):
+        values = pc.round(_wider_decimal(values, src), round_mode="half_towards_infinity")
+    elif safe and t.is_decimal(src) and t.is_decimal(dst) and dst.scale < src.scale:
+        values = pc.round(
+            _wider_decimal(values, src), ndigits=dst.scale, round_mode="half_towards_infinity"
+        )
+    elif safe and t.is_floating(src) and t.is_decimal(dst):
+        values = pc.round(values, ndigits=dst.scale, round_mode="half_towards_infinity")
+    elif t.is_integer(src) and t.is_decimal(dst):
         # Arrow refuses integer -> DECIMAL(p, s) unless p - s holds every value of the
         # integer type; SQL checks the actual values. Go through a wide decimal first.
         wide = pa.decimal128(min(38, _INT_DIGITS[src.bit_width] + dst.scale), dst.scale)
         if wide.precision - wide.scale >= _INT_DIGITS[src.bit_width] and wide != dst:
-            operand = operand.cast(wide, safe=expr.safe)
-    return operand.cast(dst, safe=expr.safe)
+            values = values.cast(wide, safe=safe)
+    elif (
+        safe and _is_string(src) and (t.is_integer(dst) or t.is_floating(dst) or t.is_decimal(dst))
+    ):
+        values = pc.utf8_trim_whitespace(values)  # DuckDB reads ' 12 ' as 12
+    return values.cast(dst, safe=safe)
+
+
+def _wider_decimal(values: Any, type_: pa.DataType) -> Any:
+    """``values`` as a decimal one digit wider, so rounding up cannot overflow."""
+    if type_.precision >= 38:
+        return values
+    return values.cast(pa.decimal128(type_.precision + 1, type_.scale))
+
+
+def _is_string(type_: pa.DataType) -> bool:
+    t = pa.types
+    return bool(t.is_string(type_) or t.is_large_string(type_) or t.is_string_view(type_))
+
+
+def _cast(expr: ast.Cast) -> pc.Expression:
+    assert expr.operand.type is not None
+    return cast_values(_convert(expr.operand), expr.operand.type, expr.to, expr.safe)
 
 
 def _in(expr: ast.In) -> pc.Expression:
@@ -197,8 +350,21 @@ def _null_if_zero(node: ast.Expr, converted: pc.Expression) -> pc.Expression:
 
 def _func(expr: ast.Func) -> pc.Expression:
     args = [_convert(a) for a in expr.args]
+    if expr.name in _DATE_FUNCTIONS:
+        return _date_function(expr, args)
     if expr.name in _UNARY_KERNELS:
         return getattr(pc, _UNARY_KERNELS[expr.name])(args[0])
+    if expr.name in ("isnan", "isinf", "isfinite"):
+        operand = args[0]
+        if expr.args[0].type is not None and not pa.types.is_floating(expr.args[0].type):
+            operand = operand.cast(pa.float64())  # DuckDB: a number is never NaN or infinite
+        return getattr(pc, f"is_{expr.name[2:]}")(operand)
+    if expr.name in _TRIM:
+        chars = _text_argument(expr, 1, " ")
+        return getattr(pc, _TRIM[expr.name])(args[0], characters=chars)
+    if expr.name in _STRING_TESTS:
+        pattern = _text_argument(expr, 1, "")
+        return getattr(pc, _STRING_TESTS[expr.name])(args[0], pattern=pattern)
     if expr.name == "length":
         return pc.utf8_length(args[0]).cast(pa.int64())
     if expr.name == "coalesce":
@@ -209,6 +375,28 @@ def _func(expr: ast.Func) -> pc.Expression:
         stop = start + bounds[1] if len(bounds) > 1 else None
         return pc.utf8_slice_codeunits(args[0], start=start, stop=stop)
     raise TypeError(f"unknown function {expr.name!r}")
+
+
+def _text_argument(expr: ast.Func, index: int, default: str) -> str:
+    """The string literal argument ``index`` of ``expr`` (binding made it one)."""
+    if index >= len(expr.args):
+        return default
+    arg = expr.args[index]
+    assert isinstance(arg, ast.Literal) and isinstance(arg.value, str)
+    return arg.value
+
+
+def _date_function(expr: ast.Func, args: list[pc.Expression]) -> pc.Expression:
+    """year() ... second() and date_trunc(): dates count as their midnight (as in DuckDB)."""
+    node, value = expr.args[-1], args[-1]
+    assert node.type is not None and expr.type is not None
+    if pa.types.is_date(node.type):
+        value = value.cast(pa.timestamp("s"))
+    if expr.name == "date_trunc":
+        unit = expr.args[0].value if isinstance(expr.args[0], ast.Literal) else None
+        floored = pc.floor_temporal(value, multiple=1, unit=unit, week_starts_monday=True)
+        return floored.cast(expr.type)
+    return getattr(pc, expr.name)(value).cast(expr.type)
 
 
 def arrow_like_pattern(pattern: str, escape: str | None) -> str:

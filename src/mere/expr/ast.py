@@ -33,7 +33,44 @@ COMPARE_OPS = ("=", "!=", "<", "<=", ">", ">=")
 #: Binary value operators. ``/`` is true division, ``//`` integer division, ``||`` concatenation.
 ARITH_OPS = ("+", "-", "*", "/", "//", "%", "||")
 #: Scalar functions the engine evaluates (lower-case names).
-FUNCTIONS = ("abs", "coalesce", "length", "lower", "substring", "upper")
+FUNCTIONS = (
+    "abs",
+    "coalesce",
+    "contains",
+    "date_trunc",
+    "day",
+    "ends_with",
+    "hour",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "length",
+    "lower",
+    "ltrim",
+    "minute",
+    "month",
+    "quarter",
+    "rtrim",
+    "second",
+    "starts_with",
+    "substring",
+    "trim",
+    "upper",
+    "year",
+)
+#: The units ``date_trunc`` takes (DuckDB's names; weeks start on Monday).
+DATE_TRUNC_UNITS = (
+    "year",
+    "quarter",
+    "month",
+    "week",
+    "day",
+    "hour",
+    "minute",
+    "second",
+    "millisecond",
+    "microsecond",
+)
 
 
 class Expr:
@@ -137,6 +174,20 @@ class IsNull(Expr):
     """``operand IS [NOT] NULL``; never NULL itself."""
 
     operand: Expr
+    negated: bool = False
+    type: pa.DataType | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Distinct(Expr):
+    """``left IS DISTINCT FROM right`` (``negated``: ``IS NOT DISTINCT FROM``); never NULL.
+
+    Two NULLs are not distinct, a NULL and a value are; two values are distinct
+    when ``left = right`` is FALSE (so NaN is not distinct from NaN).
+    """
+
+    left: Expr
+    right: Expr
     negated: bool = False
     type: pa.DataType | None = None
 
@@ -265,7 +316,7 @@ def _prec(expr: Expr) -> int:
         return _PREC_AND
     if isinstance(expr, Not):
         return _PREC_NOT
-    if isinstance(expr, Compare | In | IsNull | IsBool | Like):
+    if isinstance(expr, Compare | In | IsNull | IsBool | Like | Distinct):
         return _PREC_CMP
     if isinstance(expr, Arith):
         return _ARITH_PREC.get(expr.op, _PREC_MUL)
@@ -303,6 +354,10 @@ def _sql(expr: Expr) -> str:
         return f"{_wrap(expr.operand, _PREC_CONCAT)}{neg} IN ({values})"
     if isinstance(expr, IsNull):
         return f"{_wrap(expr.operand, _PREC_CONCAT)} IS {'NOT ' if expr.negated else ''}NULL"
+    if isinstance(expr, Distinct):
+        neg = "NOT " if expr.negated else ""
+        left, right = _wrap(expr.left, _PREC_CONCAT), _wrap(expr.right, _PREC_CONCAT)
+        return f"{left} IS {neg}DISTINCT FROM {right}"
     if isinstance(expr, IsBool):
         neg = "NOT " if expr.negated else ""
         return f"{_wrap(expr.operand, _PREC_CONCAT)} IS {neg}{'TRUE' if expr.value else 'FALSE'}"

@@ -45,7 +45,7 @@ import pyarrow.types as pat
 
 from mere.errors import InvalidExpression
 from mere.expr import ast
-from mere.expr.arrow import arith_result_type, unary_result_type
+from mere.expr.arrow import arith_result_type, cast_values, unary_result_type
 from mere.expr.ast import to_sql, type_sql
 
 #: What the expression language supports; used as the ``help`` of InvalidExpression.
@@ -53,8 +53,10 @@ SUPPORTED_SQL = (
     "supported: columns (plain, \"quoted\" or table.column), literals (numbers, 'strings', "
     "TRUE/FALSE, NULL, DATE '...', TIMESTAMP '...', TIMESTAMPTZ '...'), comparisons "
     "(= == != <> < <= > >=), AND/OR/NOT, [NOT] IN (...), [NOT] BETWEEN, IS [NOT] NULL, "
-    "IS [NOT] TRUE/FALSE, [NOT] LIKE/ILIKE [ESCAPE 'c'], + - * / // % ||, unary minus, "
-    "CAST(x AS type), and the functions " + ", ".join(ast.FUNCTIONS)
+    "IS [NOT] TRUE/FALSE, IS [NOT] DISTINCT FROM, [NOT] LIKE/ILIKE [ESCAPE 'c'], "
+    "+ - * / // % ||, unary minus, CAST(x AS type), EXTRACT(part FROM x), and the functions "
+    + ", ".join(ast.FUNCTIONS)
+    + " (see docs/filters.md)"
 )
 
 _COMPARE_HELP = (
@@ -113,11 +115,32 @@ def category(type_: pa.DataType) -> str:
 _ARITY = {
     "abs": (1, 1),
     "coalesce": (1, 10_000),
+    "contains": (2, 2),
+    "date_trunc": (2, 2),
+    "day": (1, 1),
+    "ends_with": (2, 2),
+    "hour": (1, 1),
+    "isfinite": (1, 1),
+    "isinf": (1, 1),
+    "isnan": (1, 1),
     "length": (1, 1),
     "lower": (1, 1),
+    "ltrim": (1, 2),
+    "minute": (1, 1),
+    "month": (1, 1),
+    "quarter": (1, 1),
+    "rtrim": (1, 2),
+    "second": (1, 1),
+    "starts_with": (2, 2),
     "substring": (2, 3),
+    "trim": (1, 2),
     "upper": (1, 1),
+    "year": (1, 1),
 }
+_DATE_PARTS = ("year", "quarter", "month", "day", "hour", "minute", "second")
+_FLOAT_TESTS = ("isnan", "isinf", "isfinite")
+_STRING_TESTS = ("starts_with", "ends_with", "contains")
+_TRIMS = ("trim", "ltrim", "rtrim")
 _NUMERIC = ("int", "float", "decimal")
 _ORDERED = (*_NUMERIC, "string", "binary", "bool", "date", "timestamp", "time", "null")
 
@@ -330,8 +353,9 @@ def cast_literal(lit: ast.Literal, to: pa.DataType, *, context: str) -> ast.Lite
     """``CAST(lit AS to)`` computed now, with the same meaning as the Arrow cast.
 
     Strings become dates/timestamps/times by ISO parsing (``TIMESTAMPTZ`` text without
-    an offset is UTC); everything else uses Arrow's safe cast, which fails rather than
-    round or overflow. Raises InvalidExpression naming ``context``.
+    an offset is UTC); everything else is :func:`~mere.expr.arrow.cast_values`, the cast
+    evaluation uses (it rounds as DuckDB does and fails on overflow). Raises
+    InvalidExpression naming ``context``.
     """
     src = lit.type or pa.null()
     if lit.value is None:
@@ -342,13 +366,13 @@ def cast_literal(lit: ast.Literal, to: pa.DataType, *, context: str) -> ast.Lite
         if category(src) == "date" and category(to) == "timestamp":
             midnight = dt.datetime.combine(lit.value, dt.time())
             return make_literal(_datetime_for(midnight, _utc(to)), to)
-        scalar = pa.scalar(lit.value, type=src).cast(to, safe=True)
-        return ast.Literal(scalar.as_py(), to)
+        cast = cast_values(pa.array([lit.value], type=src), src, to, safe=True)
+        return ast.Literal(cast[0].as_py(), to)
     except (ValueError, TypeError, OverflowError, pa.ArrowException) as e:
         raise InvalidExpression(
             f"cannot evaluate {context!r}: {_first_line(str(e)) or 'invalid value'}",
             help="dates are 'YYYY-MM-DD', timestamps 'YYYY-MM-DD HH:MM:SS[.ffffff][+HH:MM]'; "
-            "casts fail rather than round or overflow",
+            "casts fail on values out of the target type's range",
         ) from None
 
 
@@ -389,8 +413,19 @@ def is_boolean(expr: ast.Expr) -> bool:
         return expr.type is not None and (pat.is_boolean(expr.type) or pat.is_null(expr.type))
     if expr.type is not None:
         return bool(pat.is_boolean(expr.type))
+    if isinstance(expr, ast.Func):
+        return expr.name in (*_FLOAT_TESTS, *_STRING_TESTS)
     return isinstance(
-        expr, ast.Compare | ast.And | ast.Or | ast.Not | ast.In | ast.IsNull | ast.IsBool | ast.Like
+        expr,
+        ast.Compare
+        | ast.And
+        | ast.Or
+        | ast.Not
+        | ast.In
+        | ast.IsNull
+        | ast.IsBool
+        | ast.Like
+        | ast.Distinct,
     )
 
 
@@ -413,6 +448,8 @@ class _Binder:
             return node if node.type is not None else self._untyped(node)
         if isinstance(node, ast.Compare):
             return self._compare(node)
+        if isinstance(node, ast.Distinct):
+            return self._distinct(node)
         if isinstance(node, ast.And | ast.Or):
             items = tuple(self._boolean(self.bind(i), i, node) for i in node.items)
             return dataclasses.replace(node, items=items, type=pa.bool_())
@@ -560,6 +597,14 @@ class _Binder:
             return ast.Literal(None, pa.bool_())
         return ast.Compare(node.op, left, right, pa.bool_())
 
+    def _distinct(self, node: ast.Distinct) -> ast.Expr:
+        left, right = self.bind(node.left), self.bind(node.right)
+        self._check_ordered((left, right), node)
+        (left, right), target = self._unify((left, right), node)
+        if pat.is_null(target):  # NULL IS DISTINCT FROM NULL
+            return ast.Literal(node.negated, pa.bool_())
+        return ast.Distinct(left, right, node.negated, pa.bool_())
+
     def _in(self, node: ast.In) -> ast.Expr:
         operand = self.bind(node.operand)
         self._check_ordered((operand,), node)
@@ -692,8 +737,15 @@ class _Binder:
         if name == "coalesce":
             unified, target = self._unify(args, node, what="combine")
             return ast.Func(name, tuple(unified), target)
+        if name in (*_DATE_PARTS, "date_trunc"):
+            return self._date_function(node, args)
         first = args[0]
         assert first.type is not None
+        if name in _FLOAT_TESTS:
+            self._numeric(args, node, f"{name}()")
+            if pat.is_null(first.type):
+                return ast.Literal(None, pa.bool_())
+            return ast.Func(name, (first,), pa.bool_())
         if name == "abs":
             self._numeric(args, node, "abs()")
             if pat.is_null(first.type):
@@ -708,6 +760,18 @@ class _Binder:
             assert first.type is not None
         if name == "length":
             return ast.Func(name, (first,), pa.int64())
+        if name in (*_STRING_TESTS, *_TRIMS) and len(args) > 1:
+            second = args[1]
+            if not isinstance(second, ast.Literal) or category(second.type) not in (
+                "string",
+                "null",
+            ):
+                self.fail(f"{name}() takes a string literal as its second argument", node)
+            if second.value is None:
+                return ast.Literal(None, pa.bool_() if name in _STRING_TESTS else first.type)
+            second = ast.Literal(second.value, pa.string())
+            out_type = pa.bool_() if name in _STRING_TESTS else first.type
+            return ast.Func(name, (first, second), out_type)
         if name == "substring":
             for pos, arg in enumerate(args[1:]):
                 value = arg.value if isinstance(arg, ast.Literal) else None
@@ -722,6 +786,35 @@ class _Binder:
             )
             return ast.Func(name, (first, *ints), first.type)
         return ast.Func(name, (first,), first.type)
+
+    def _date_function(self, node: ast.Func, args: list[ast.Expr]) -> ast.Expr:
+        """year() ... second() (BIGINT) and date_trunc() (a TIMESTAMP, as in DuckDB)."""
+        name, value = node.name, args[-1]
+        assert value.type is not None
+        if name == "date_trunc":
+            unit = args[0]
+            if not (isinstance(unit, ast.Literal) and unit.value in ast.DATE_TRUNC_UNITS):
+                self.fail(
+                    "date_trunc() takes a unit string literal first",
+                    node,
+                    help="units: " + ", ".join(ast.DATE_TRUNC_UNITS),
+                )
+        if category(value.type) not in ("date", "timestamp", "null"):
+            self.fail(
+                f"{name}() needs a date or timestamp, but {to_sql(value)} is "
+                f"{type_sql(value.type)}",
+                node,
+                help="use CAST(x AS DATE) or CAST(x AS TIMESTAMP)",
+            )
+        if name != "date_trunc":
+            out: pa.DataType = pa.int64()
+        elif pat.is_timestamp(value.type):
+            out = value.type
+        else:
+            out = pa.timestamp("us")
+        if pat.is_null(value.type):
+            return ast.Literal(None, out)
+        return ast.Func(name, (*args[:-1], value), out)
 
 
 def _rounds(src: pa.DataType | None, dst: pa.DataType) -> bool:

@@ -12,7 +12,11 @@ becomes :class:`~mere.errors.InvalidExpression` naming the construct.
 Normalisations made here, so later stages see one canonical form:
 
 * ``x BETWEEN a AND b`` becomes ``x >= a AND x <= b`` (``NOT BETWEEN`` its negation);
-* ``NOT`` directly over ``IN``/``LIKE``/``IS NULL``/``IS TRUE`` flips their ``negated`` flag;
+* ``NOT`` directly over ``IN``/``LIKE``/``IS NULL``/``IS TRUE``/``IS DISTINCT FROM`` flips
+  their ``negated`` flag;
+* function spellings become one name: ``substr`` is ``substring``, ``ltrim(s)`` and
+  ``TRIM(LEADING FROM s)`` are ``ltrim``, ``EXTRACT(year FROM x)`` and
+  ``date_part('year', x)`` are ``year(x)``;
 * nested ``AND``/``OR`` are flattened;
 * unary minus on a number and casts of literals (``DATE '...'``, ``CAST('1' AS INT)``)
   are folded into typed literals;
@@ -49,12 +53,33 @@ _ARITH = {
     exp.Mod: "%",
     exp.DPipe: "||",
 }
+#: One-argument functions, by their sqlglot node.
 _FUNCS: dict[type[exp.Expression], str] = {
     exp.Lower: "lower",
     exp.Upper: "upper",
     exp.Length: "length",
     exp.Abs: "abs",
+    exp.IsNan: "isnan",
+    exp.IsInf: "isinf",
+    exp.Year: "year",
+    exp.Quarter: "quarter",
+    exp.Month: "month",
+    exp.Day: "day",
+    exp.DayOfMonth: "day",
+    exp.Hour: "hour",
+    exp.Minute: "minute",
+    exp.Second: "second",
 }
+#: Two-argument string predicates, by their sqlglot node.
+_STRING_TESTS: dict[type[exp.Expression], str] = {
+    exp.StartsWith: "starts_with",
+    exp.EndsWith: "ends_with",
+    exp.Contains: "contains",
+}
+#: Functions sqlglot leaves anonymous, by lower-case name: (mere name, argument count).
+_ANONYMOUS = {"isfinite": ("isfinite", 1), "prefix": ("starts_with", 2), "suffix": ("ends_with", 2)}
+#: The parts ``EXTRACT(part FROM x)`` and ``date_part('part', x)`` take.
+_DATE_PARTS = ("year", "quarter", "month", "day", "hour", "minute", "second")
 
 _T = exp.DataType.Type
 _SIMPLE_TYPES: dict[Any, pa.DataType] = {
@@ -178,6 +203,9 @@ class _Translator:
             return ast.And((ast.Compare(">=", x, low), ast.Compare("<=", x, high)))
         if isinstance(node, exp.Is):
             return self._is(node)
+        if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
+            left, right = self.convert(node.this), self.convert(node.expression)
+            return ast.Distinct(left, right, negated=isinstance(node, exp.NullSafeEQ))
         if isinstance(node, exp.Escape):
             return self._like(node.this, escape_node=node.expression)
         if isinstance(node, exp.Like | exp.ILike):
@@ -351,6 +379,24 @@ class _Translator:
         if isinstance(node, exp.Substring):
             args = [node.this, node.args.get("start"), node.args.get("length")]
             return ast.Func("substring", tuple(self.convert(a) for a in args if a is not None))
+        for cls, name in _STRING_TESTS.items():
+            if isinstance(node, cls):
+                return ast.Func(name, (self.convert(node.this), self.convert(node.expression)))
+        if isinstance(node, exp.Trim):
+            return self._trim(node)
+        if isinstance(node, exp.TimestampTrunc | exp.DateTrunc):
+            return self._date_trunc(node)
+        if isinstance(node, exp.Extract):
+            return self._date_part(node, node.this, node.expression)
+        if isinstance(node, exp.Anonymous) and node.name.lower() in ("date_part", "datepart"):
+            if len(node.expressions) != 2:
+                self.fail(node, "date_part() takes 2 arguments: date_part('part', x)")
+            return self._date_part(node, node.expressions[0], node.expressions[1])
+        if isinstance(node, exp.Anonymous) and node.name.lower() in _ANONYMOUS:
+            name, count = _ANONYMOUS[node.name.lower()]
+            if len(node.expressions) != count:
+                self.fail(node, f"{node.name.lower()}() takes {count} argument(s)")
+            return ast.Func(name, tuple(self.convert(a) for a in node.expressions))
         if isinstance(node, exp.Subquery | exp.Select | exp.Exists | exp.Query):
             self.fail(node, "subqueries are not supported")
         if isinstance(node, exp.Window):
@@ -369,6 +415,35 @@ class _Translator:
         if isinstance(node, exp.Star):
             self.fail(node, "'*' is not allowed in an expression")
         self.fail(node, f"unsupported construct {node.key.upper()}")
+
+    def _trim(self, node: exp.Trim) -> ast.Expr:
+        position = str(node.args.get("position") or "BOTH").upper()
+        name = {"BOTH": "trim", "LEADING": "ltrim", "TRAILING": "rtrim"}.get(position)
+        if name is None or node.args.get("collation") is not None:
+            self.fail(node, "unsupported TRIM form")
+        args = [self.convert(node.this)]
+        if node.expression is not None:
+            args.append(self.convert(node.expression))
+        return ast.Func(name, tuple(args))
+
+    def _date_trunc(self, node: exp.Expression) -> ast.Expr:
+        unit = node.args.get("unit")
+        text = unit.name.lower() if isinstance(unit, exp.Var | exp.Literal) else ""
+        if text not in ast.DATE_TRUNC_UNITS:
+            self.fail(
+                node,
+                "date_trunc() takes a unit string literal first",
+                help="units: " + ", ".join(ast.DATE_TRUNC_UNITS),
+            )
+        return ast.Func("date_trunc", (ast.Literal(text, pa.string()), self.convert(node.this)))
+
+    def _date_part(
+        self, node: exp.Expression, part: exp.Expression | None, value: exp.Expression | None
+    ) -> ast.Expr:
+        text = part.name.lower() if isinstance(part, exp.Var | exp.Literal) else ""
+        if text not in _DATE_PARTS or value is None:
+            self.fail(node, "unsupported date part", help="parts: " + ", ".join(_DATE_PARTS))
+        return ast.Func(text, (self.convert(value),))
 
 
 def int_literal(value: int) -> ast.Literal:
@@ -405,12 +480,12 @@ def _fold_neg(operand: ast.Expr) -> ast.Expr:
 
 def _negate(expr: ast.Expr) -> ast.Expr:
     """``NOT expr``, folded into predicates that carry a ``negated`` flag."""
-    if isinstance(expr, ast.In | ast.IsNull | ast.IsBool | ast.Like):
+    if isinstance(expr, ast.In | ast.IsNull | ast.IsBool | ast.Like | ast.Distinct):
         return _flip(expr)
     return ast.Not(expr)
 
 
-def _flip(expr: ast.In | ast.IsNull | ast.IsBool | ast.Like) -> ast.Expr:
+def _flip(expr: ast.In | ast.IsNull | ast.IsBool | ast.Like | ast.Distinct) -> ast.Expr:
     import dataclasses
 
     return dataclasses.replace(expr, negated=not expr.negated)

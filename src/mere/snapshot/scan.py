@@ -34,6 +34,8 @@ class ScanPlan:
     columns: list[str]
     predicate: sqlexpr.Expr | None
     read_columns: list[str]
+    #: The filter as the user wrote it (named in errors), if there is one.
+    filter: str | None = None
 
     def matches(self, add: AddFile) -> bool:
         """False when the file cannot hold a row matching the filter."""
@@ -60,11 +62,19 @@ class ScanPlan:
         return [f for f in files if self.matches(f)]
 
     def row_filter(self) -> RowFilter | None:
-        """The filter for the Parquet reader to skip row groups with (None without a filter)."""
+        """The filter for the Parquet reader to skip row groups with (None if none is safe).
+
+        Only the conjuncts :func:`~mere.expr.row_group_pushdown` deems safe are handed
+        over (never one on a floating-point column: Parquet statistics leave NaN out);
+        the rows read are filtered with the whole predicate afterwards.
+        """
         if self.predicate is None:
             return None
-        columns = frozenset(sqlexpr.referenced_columns(self.predicate))
-        return RowFilter(sqlexpr.to_arrow(self.predicate), columns)
+        pushed = sqlexpr.row_group_pushdown(self.predicate, frozenset(self.table.partition_columns))
+        if pushed is None:
+            return None
+        columns = frozenset(sqlexpr.referenced_columns(pushed))
+        return RowFilter(sqlexpr.to_arrow(pushed), columns)
 
 
 def plan_scan(table: TableMeta, columns: Sequence[str] | None, filter: str | None) -> ScanPlan:
@@ -94,7 +104,7 @@ def plan_scan(table: TableMeta, columns: Sequence[str] | None, filter: str | Non
             raise InvalidExpression(f"filter {filter!r} is not a boolean expression")
     needed = set(out) | (sqlexpr.referenced_columns(predicate) if predicate is not None else set())
     read_columns = [n for n in names if n in needed]
-    return ScanPlan(table, out, predicate, read_columns)
+    return ScanPlan(table, out, predicate, read_columns, filter)
 
 
 def file_ranges(
@@ -110,21 +120,25 @@ def file_ranges(
         ranges[col] = sqlexpr.ColumnRange(value, value, add.rows if value is None else 0, add.rows)
     stats = add.stats if isinstance(add.stats, dict) else {}
     # Statistics are only hints: anything malformed counts as unknown.
-    mins, maxs, nulls = (_mapping(stats.get(k)) for k in ("minValues", "maxValues", "nullCount"))
+    mins, maxs, nulls, nans = (
+        _mapping(stats.get(k)) for k in ("minValues", "maxValues", "nullCount", "nanCount")
+    )
     for f in table.schema:
         if f.name in ranges or (columns is not None and f.name not in columns):
             continue
         stored = physical_name(f)
-        null_count = nulls.get(stored)
         ranges[f.name] = sqlexpr.ColumnRange(
             stat_from_json(mins.get(stored), f.type),
             stat_from_json(maxs.get(stored), f.type),
-            null_count
-            if isinstance(null_count, int) and not isinstance(null_count, bool)
-            else None,
+            _count(nulls.get(stored)),
             add.rows,
+            _count(nans.get(stored)),  # floats: without it, NaN counts as possible
         )
     return ranges
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _mapping(value: object) -> dict[str, object]:
@@ -133,7 +147,7 @@ def _mapping(value: object) -> dict[str, object]:
 
 def _finish(plan: ScanPlan, data: pa.Table) -> pa.Table:
     if plan.predicate is not None:
-        data = data.filter(sqlexpr.to_arrow(plan.predicate))
+        data = sqlexpr.filter_table(plan.predicate, data, text=plan.filter)
     return data.select(plan.columns)
 
 
@@ -156,6 +170,8 @@ def scan_files(store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile]) -> 
     else:
         with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(files))) as pool:
             parts = list(pool.map(one, files))
+    if not plan.columns:  # concat_tables drops the row count of tables without columns
+        return pa.table({"_": pa.nulls(sum(p.num_rows for p in parts))}).select([])
     return pa.concat_tables(parts)
 
 
