@@ -348,3 +348,11 @@ def test_history_round_trips_through_json() -> None:
     history = History([txn(1, [a(X, 1)], version=2)])
     again = History.from_json(history.to_json())
     assert again.txns == history.txns
+
+
+def test_duplicate_key() -> None:
+    upsert = Workload("upsert", tables=1, keys=1)
+    truth = build_truth([(1, "p0:0", {})], upsert.keys_of(), ordered=False)
+    truth.duplicate_keys[1] = ["verify_ups0/0"]
+    result = run_check(truth, [], workload=upsert)
+    assert found(result) == {"duplicate-key"}

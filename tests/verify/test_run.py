@@ -103,7 +103,7 @@ def test_serializable_run_with_every_fault_is_valid(shared_dir: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("workload", ["register", "bank"])
+@pytest.mark.parametrize("workload", ["register", "bank", "upsert"])
 def test_register_and_bank_runs_with_faults_are_valid(shared_dir: Path, workload: str) -> None:
     result = run(
         RunConfig(
@@ -298,3 +298,27 @@ def _rendered(result: RunResult) -> str:
     console = Console(width=200, record=True, file=io.StringIO())
     console.print(summary(result))
     return console.export_text()
+
+
+def test_upserts_without_conflict_detection_duplicate_keys(shared_dir: Path) -> None:
+    """The checker sees duplicate keys when the key conflict rule is off (a broken build)."""
+    found: set[str] = set()
+    for seed in range(4):
+        result = run(
+            RunConfig(
+                uri=str(shared_dir / f"keys{seed}"),
+                workload="upsert",
+                isolation="snapshot",
+                processes=4,
+                transactions=150,
+                tables=1,
+                keys=2,
+                seed=seed,
+                unsafe_disable_conflict_detection=True,
+            )
+        )
+        found = {k for k, v in result.result.counts.items() if v}
+        if "duplicate-key" in found:
+            break
+    assert "duplicate-key" in found, found
+    assert not result.valid

@@ -52,7 +52,8 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str | None) -> tu
     default="list-append",
     show_default=True,
     help="list-append: read keys and append unique values; register: read, update and "
-    "delete single-row keys; bank: transfers between accounts in two tables.",
+    "delete single-row keys; bank: transfers between accounts in two tables; upsert: "
+    "register on keyed tables, writing with upserts (no key may ever appear twice).",
 )
 @click.option(
     "--processes", type=click.IntRange(1, 64), default=4, show_default=True, help="Clients."

@@ -33,6 +33,8 @@
    an edge is **rw-conflict-missed**.
 6. **Bank**: the total balance at every version, and in every audit read, is
    the initial total; else **bank-total**.
+7. **Upsert**: no version holds a key of a keyed table twice; else
+   **duplicate-key** (forbidden at every level).
 
 The verdict is "valid" when no anomaly the requested isolation level
 forbids was found (:func:`forbidden`). Separately, the strongest Adya level
@@ -63,6 +65,7 @@ INTEGRITY = (
     "incompatible-order",
     "snapshot-violation",
     "bank-total",
+    "duplicate-key",
     "rw-conflict-missed",
 )
 ANOMALIES = ADYA + INTEGRITY
@@ -83,6 +86,7 @@ DESCRIPTIONS = {
     "incompatible-order": "a read matches no state the key ever had",
     "snapshot-violation": "a read is not the state at the transaction's read version",
     "bank-total": "the bank's total balance changed",
+    "duplicate-key": "a version holds a primary key value twice",
     "rw-conflict-missed": "a commit overtook a read that the isolation level required to abort",
 }
 
@@ -464,6 +468,13 @@ class Checker:
                     [tid],
                     f"an audit read a total of {audit_total}, not {self.workload.initial_total()}",
                 )
+        for version, keys in sorted(truth.duplicate_keys.items()):
+            self.found(
+                "duplicate-key",
+                [truth.commit_txn.get(version, "?")],
+                f"version {version} holds primary key(s) {', '.join(keys[:5])} more than once",
+                keys[:5],
+            )
         for version, total in sorted(truth.bad_totals.items()):
             self.found(
                 "bank-total",

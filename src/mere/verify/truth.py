@@ -74,6 +74,8 @@ class LogTruth:
     duplicated: dict[int, list[str]] = field(default_factory=dict)
     #: bank: version -> total balance, at the versions where it is not the initial total.
     bad_totals: dict[int, int] = field(default_factory=dict)
+    #: version -> keys that version holds more than once (keyed workloads)
+    duplicate_keys: dict[int, list[str]] = field(default_factory=dict)
     #: versions touching the workload's tables with no verify app transaction.
     unclaimed_versions: list[int] = field(default_factory=list)
 
@@ -215,6 +217,10 @@ def read_truth(store: ObjectStore, workload: Workload) -> LogTruth:
             values = [r[1] for r in rows]
             states[key] = tuple(values) if ordered else tuple(sorted(values))
             balances[key] = sum(r[2] for r in rows)
+        if workload.keyed:
+            doubled = sorted(key_name(k) for k, s in states.items() if len(s) > 1)
+            if doubled:
+                truth.duplicate_keys[version] = doubled
         truth.record_states(version, writer, states, ordered)
         if workload.name == "bank" and balances:
             total = sum(balances.values())

@@ -19,6 +19,10 @@ rows:
   keys, writes them (``update``; an ``append`` when the key was deleted) and
   deletes them (``delete``), sometimes writing a key twice (so that a read of
   the first, intermediate value is recognisable: G1b).
+* **upsert**: like register, on tables with the primary key ``k``: a write is
+  an upsert (``append(..., on_duplicate="update")``), never an update-or-append.
+  Whatever the isolation level, no version may hold a key twice (the
+  checker's **duplicate-key**), however the clients race.
 * **bank**: accounts in two tables, one row each, with a ``balance`` and the
   tag ``v`` of the last transfer that touched them. A transfer reads two
   accounts and moves an amount with two ``update``s; an audit reads every
@@ -48,7 +52,7 @@ VALUE_SPACE = 10_000_000
 #: List-append moves to fresh keys after about this many versions per key in use.
 VERSIONS_PER_KEY = 10
 INITIAL_BALANCE = 100
-WORKLOADS = ("list-append", "register", "bank")
+WORKLOADS = ("list-append", "register", "bank", "upsert")
 
 
 class ValueSource:
@@ -83,7 +87,9 @@ class Workload:
 
     @property
     def table_names(self) -> list[str]:
-        prefix = {"list-append": "la", "register": "reg", "bank": "bank"}[self.name]
+        prefix = {"list-append": "la", "register": "reg", "bank": "bank", "upsert": "ups"}[
+            self.name
+        ]
         count = 2 if self.name == "bank" else self.tables
         return [f"verify_{prefix}{i}" for i in range(count)]
 
@@ -91,6 +97,11 @@ class Workload:
     def ordered(self) -> bool:
         """True when a key's state is a list in append order (list-append)."""
         return self.name == "list-append"
+
+    @property
+    def keyed(self) -> bool:
+        """True when the tables have the primary key ``k`` (upsert)."""
+        return self.name == "upsert"
 
     @property
     def partitioned(self) -> bool:
@@ -129,7 +140,12 @@ class Workload:
         values = ValueSource(0)
         with db.transaction(isolation="serializable") as tx:
             for name in self.table_names:
-                tx.create_table(name, self.schema(), partition_by=["k"] if self.partitioned else [])
+                tx.create_table(
+                    name,
+                    self.schema(),
+                    partition_by=["k"] if self.partitioned else [],
+                    primary_key=["k"] if self.keyed else None,
+                )
                 if self.name == "list-append":
                     continue
                 for k in range(self.keys):
@@ -157,7 +173,7 @@ class Workload:
         """
         if self.name == "list-append":
             return self._plan_list_append(rng, values, version)
-        if self.name == "register":
+        if self.name in ("register", "upsert"):
             return self._plan_register(rng, values)
         return self._plan_bank(rng, values)
 
@@ -231,7 +247,9 @@ class Workload:
                 table.append([{"k": k, "v": op["v"]}])
                 done.append(op)
             elif f == "w":
-                if self.name == "bank":
+                if self.keyed:
+                    table.append([{"k": k, "v": op["v"]}], on_duplicate="update")
+                elif self.name == "bank":
                     table.update(
                         f"k = {k}", {"v": op["v"], "balance": f"balance + ({op['delta']})"}
                     )
