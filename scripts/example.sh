@@ -29,5 +29,5 @@ if [ -z "$major" ] || [ "$major" -lt 17 ]; then
   exit 1
 fi
 
-bash scripts/setup.sh example
+bash scripts/setup.sh example,sql
 exec .venv/bin/python examples/tpch_pipeline.py "$@"

@@ -357,6 +357,20 @@ class Database:
         with self.transaction() as tx:
             tx.drop_table(name, if_exists=if_exists)
 
+    def sql(
+        self, text: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+    ) -> pa.Table | None:
+        """Run a SQL script: queries with DuckDB, statements with mere's verbs (``mere[sql]``).
+
+        Without ``BEGIN`` each statement commits on its own; ``BEGIN ... COMMIT``
+        makes the statements between one transaction. Returns the last
+        statement's result: a query's rows, ``count`` for INSERT/UPDATE/DELETE/MERGE,
+        None otherwise. See :mod:`mere.sql`.
+        """
+        from mere.sql import run_script
+
+        return run_script(self, text, params)
+
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """One entry per commit, newest first (see :func:`mere.maintain.history.history`)."""
         from mere.maintain.history import history

@@ -28,6 +28,7 @@ LAYERS = [
     "ops",
     "maintain",
     "database",
+    "sql",
     "spark",
     "verify",
     "cli",
@@ -42,8 +43,10 @@ HELPERS = {
     "__init__",
     "__main__",
 }
-#: (importing layer, imported layer) pairs allowed as lazy, function-level imports only.
-LAZY_EXCEPTIONS = {("txn", "ops")}
+#: (importing layer, imported layer) pairs allowed as lazy, function-level imports only:
+#: a transaction's table handle reaches the ``ops`` verbs, and ``db.sql``, ``snapshot.sql``
+#: and ``tx.sql`` reach the ``sql`` layer.
+LAZY_EXCEPTIONS = {("txn", "ops"), ("snapshot", "sql"), ("txn", "sql"), ("database", "sql")}
 
 
 def module_name(path: Path) -> str:

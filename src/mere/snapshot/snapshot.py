@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -15,6 +15,9 @@ from mere.names import check_table_name
 from mere.snapshot.scan import plan_scan, scan_batches, scan_files
 from mere.snapshot.state import DatabaseState, TableState
 from mere.storage.base import ObjectStore
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 
 def ms_to_datetime(ms: int) -> datetime:
@@ -59,6 +62,12 @@ class Snapshot:
         if state is None:
             raise TableNotFound(name, self.version)
         return TableSnapshot(self._store, state, self.version)
+
+    def sql(self, text: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pa.Table:
+        """Run a SQL query over every table at this version (see :mod:`mere.sql`)."""
+        from mere.sql import query_snapshot
+
+        return query_snapshot(self._store, self._state, text, params)
 
     def app_version(self, app_id: str) -> int | None:
         """The last version an application recorded with ``app_id`` (idempotent writes)."""
@@ -113,6 +122,35 @@ class TableSnapshot:
         """The same rows as :meth:`scan`, streamed with bounded memory."""
         plan = plan_scan(self._state.meta, columns, filter)
         return scan_batches(self._store, plan, plan.select(self._state.files.values()))
+
+    def to_dataset(self) -> ds.Dataset:
+        """A reusable ``pyarrow.dataset.Dataset`` of the table at this version.
+
+        Engines that scan datasets (DuckDB, polars, pyarrow) push their column
+        selection and filters into it; files are skipped by partition values
+        and statistics. See :func:`mere.snapshot.dataset.table_dataset`.
+        """
+        from mere.snapshot.dataset import table_dataset
+
+        return table_dataset(self._store, self._state.meta, self.files)
+
+    def to_pandas(self, columns: Sequence[str] | None = None, filter: str | None = None) -> Any:
+        """The rows :meth:`scan` returns, as a pandas DataFrame (needs ``mere[pandas]``)."""
+        from mere.snapshot.handoff import to_pandas
+
+        return to_pandas(self.scan(columns, filter))
+
+    def to_polars(self, columns: Sequence[str] | None = None, filter: str | None = None) -> Any:
+        """The rows :meth:`scan` returns, as a polars DataFrame (needs ``mere[polars]``)."""
+        from mere.snapshot.handoff import to_polars
+
+        return to_polars(self.scan(columns, filter))
+
+    def count(self, filter: str | None = None) -> int:
+        """How many rows match ``filter``, from the log's row counts and statistics where it can."""
+        from mere.snapshot.handoff import count_rows
+
+        return count_rows(self._store, self._state.meta, self.files, filter)
 
     def describe(self) -> dict[str, Any]:
         return describe_table(self._state, self.version)

@@ -1,0 +1,161 @@
+"""DuckDB as the embedded query engine: one in-process database, a cursor per query.
+
+Each query gets a fresh cursor (a connection of its own on a shared in-memory
+DuckDB), on which the tables it names are registered as ``pyarrow`` datasets
+of their live files (:mod:`mere.snapshot.dataset`). DuckDB pushes its column
+selection and filters into those datasets, so only the needed columns are
+read and files are skipped by partition values and statistics. Renamed
+columns are renamed back in a view; DuckDB pushes through it.
+
+The DuckDB database may not touch the file system (``enable_external_access``
+is off: ``read_csv``, ``COPY``, ``ATTACH`` fail) nor pick up Python variables
+by name (``python_enable_replacements`` is off).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+import pyarrow as pa
+from sqlglot.tokens import TokenType
+
+from mere.errors import MissingDependency
+from mere.log.actions import AddFile, TableMeta
+from mere.schema import physical_name
+from mere.snapshot.dataset import has_renamed_columns, physical_dataset
+from mere.sql.errors import SQLError
+from mere.sql.script import quote_identifier, tokenize
+from mere.storage.base import ObjectStore
+
+_LOCK = threading.Lock()
+_ROOT: tuple[int, Any] | None = None  # (pid, connection): a forked child makes its own
+_NAMES = itertools.count()
+#: DuckDB statement types a query may be.
+QUERY_TYPES = ("SELECT", "EXPLAIN")
+_NAME_TOKENS = (TokenType.VAR, TokenType.IDENTIFIER)
+
+
+def import_duckdb() -> ModuleType:
+    """Import duckdb, or explain which extra installs it.
+
+    Raises:
+        MissingDependency: duckdb is not installed (an ImportError too).
+    """
+    try:
+        import duckdb
+    except ImportError:
+        raise MissingDependency(
+            "SQL needs the duckdb package: install mere[sql]", help="pip install 'mere[sql]'"
+        ) from None
+    return duckdb
+
+
+def cursor() -> Any:
+    """A fresh DuckDB connection on the process's shared in-memory database."""
+    global _ROOT
+    duckdb = import_duckdb()
+    with _LOCK:
+        if _ROOT is None or _ROOT[0] != os.getpid():
+            root = duckdb.connect(
+                config={
+                    "enable_external_access": False,
+                    "python_enable_replacements": False,
+                }
+            )
+            _ROOT = (os.getpid(), root)
+        return _ROOT[1].cursor()
+
+
+def duckdb_errors() -> tuple[type[BaseException], ...]:
+    return (import_duckdb().Error,)
+
+
+def register(
+    con: Any, name: str, store: ObjectStore, meta: TableMeta, files: Sequence[AddFile]
+) -> None:
+    """Make the table visible to queries on ``con`` as ``name`` (with its own column names)."""
+    dataset = physical_dataset(store, meta, files)
+    if not has_renamed_columns(meta):
+        con.register(name, dataset)
+        return
+    hidden = f"__mere_scan_{next(_NAMES)}"
+    con.register(hidden, dataset)
+    columns = ", ".join(
+        f"{quote_identifier(f.name if f.name in meta.partition_columns else physical_name(f))}"
+        f" AS {quote_identifier(f.name)}"
+        for f in meta.schema
+    )
+    con.execute(
+        f"CREATE TEMP VIEW {quote_identifier(name)} AS "
+        f"SELECT {columns} FROM {quote_identifier(hidden)}"
+    )
+
+
+def statement_type(con: Any, text: str) -> str:
+    """DuckDB's type of the one statement in ``text`` (``SELECT``, ``INSERT``, ...)."""
+    try:
+        parsed = con.extract_statements(text)
+    except duckdb_errors() as exc:
+        raise SQLError(f"{_message(exc)}") from exc
+    if len(parsed) != 1:
+        raise SQLError(f"expected one statement, found {len(parsed)}")
+    return str(parsed[0].type.name)
+
+
+def table_names(con: Any, text: str) -> set[str]:
+    """The names a statement may refer to tables by.
+
+    DuckDB's parser answers exactly (CTE names excluded) for most queries;
+    where it cannot (it binds some joins), every identifier in the text is a
+    candidate, which over-approximates: a name that is no table is skipped.
+    """
+    try:
+        return set(con.get_table_names(text))
+    except duckdb_errors():
+        return {t.text for t in tokenize(text) if t.token_type in _NAME_TOKENS}
+
+
+def run(con: Any, text: str, params: Sequence[Any] | Mapping[str, Any] | None) -> pa.Table:
+    """Run a query on ``con`` with DuckDB binding ``params``; its rows as an Arrow table."""
+    try:
+        relation = con.sql(text, params=_params(params))
+        if relation is None:
+            return pa.table({})
+        return relation.to_arrow_table()
+    except duckdb_errors() as exc:
+        raise SQLError(_message(exc)) from exc
+
+
+def execute(con: Any, text: str, params: Sequence[Any] | Mapping[str, Any] | None) -> None:
+    """Run a statement on ``con`` (DuckDB binds ``params``) for its effect."""
+    try:
+        con.execute(text, _params(params))
+    except duckdb_errors() as exc:
+        raise SQLError(_message(exc)) from exc
+
+
+def _params(params: Sequence[Any] | Mapping[str, Any] | None) -> Any:
+    if params is None:
+        return None
+    return dict(params) if isinstance(params, Mapping) else list(params)
+
+
+def _message(exc: BaseException) -> str:
+    return str(exc).strip()
+
+
+__all__ = [
+    "QUERY_TYPES",
+    "cursor",
+    "execute",
+    "import_duckdb",
+    "register",
+    "run",
+    "statement_type",
+    "table_names",
+]

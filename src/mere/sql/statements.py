@@ -1,0 +1,517 @@
+"""SQL commands run by mere's own verbs inside a transaction.
+
+Every command is parsed with sqlglot (DuckDB dialect) and carried out by the
+verb the Python API uses, so constraints, statistics, conflict detection and
+the log are exactly those of ``TxTable.append/update/delete/merge``,
+``Transaction.create_table/drop_table`` and ``AlterTable``:
+
+=====================================================  ==========================================
+``INSERT INTO t [(cols)] VALUES ... | SELECT ...``     DuckDB evaluates the rows (with its cast
+                                                       rules, into a scratch table of ``t``'s
+                                                       types); ``TxTable.append`` writes them
+``UPDATE t [AS a] SET c = expr, ... [WHERE cond]``     ``TxTable.update``
+``DELETE FROM t [AS a] [WHERE cond]``                  ``TxTable.delete`` (no WHERE: every row)
+``MERGE INTO t USING src ON ... WHEN ...``             ``TxTable.merge`` (``src``: a table or a
+                                                       subquery, run by DuckDB)
+``CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t (...)``  ``create_table`` (+ ``add_check``);
+``[PARTITIONED BY (cols)]``, ``... AS SELECT``         CTAS appends DuckDB's rows
+``DROP TABLE [IF EXISTS] t [, ...]``                   ``drop_table``
+``ALTER TABLE t ADD COLUMN | RENAME COLUMN ... TO |``  ``AlterTable.add_column`` / ``rename_column``
+``ALTER COLUMN c TYPE | ADD CONSTRAINT n CHECK (...)`` / ``widen_column`` / ``add_check`` /
+``| DROP CONSTRAINT n``                                ``drop_check``
+=====================================================  ==========================================
+
+Conditions and values of UPDATE, DELETE and MERGE are evaluated by mere's
+expression engine (:mod:`mere.expr`, the subset its docs list; a subquery, for
+one, is refused). Their parameters (``?``, ``$1``, ``$name``) are replaced by
+typed literal nodes in the parsed tree, never spliced into text.
+
+DML returns a one-row table: ``count`` (rows inserted, updated or deleted);
+MERGE adds ``inserted``, ``updated`` and ``deleted``. DDL returns None.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import decimal
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+from sqlglot.tokens import TokenType
+
+from mere.errors import InvalidArgument, TableNotFound
+from mere.names import name_key
+from mere.sql import engine
+from mere.sql.catalog import Catalog
+from mere.sql.errors import SQLError, UnsupportedSQL
+from mere.sql.query import connection, register_tables
+from mere.sql.script import Statement, TimeTravel, rewrite_time_travel, tokenize
+from mere.sql.types import arrow_type
+from mere.txn.transaction import Transaction
+
+DIALECT = "duckdb"
+_TARGET = "__mere_target"
+
+
+def run_command(tx: Transaction, catalog: Catalog, statement: Statement) -> pa.Table | None:
+    """Run one INSERT/UPDATE/DELETE/MERGE/CREATE/DROP/ALTER in ``tx``.
+
+    The caller makes it atomic (a savepoint around it).
+    """
+    text, travels = rewrite_time_travel(statement)
+    if travels:
+        statement = dataclasses.replace(statement, text=text, tokens=tokenize(text))
+    tree = parse(statement.text)
+    if isinstance(tree, exp.Insert):
+        return insert(tx, catalog, statement, tree, travels)
+    tree = bind_placeholders(tree, statement.params)
+    if isinstance(tree, exp.Update):
+        return update(tx, tree)
+    if isinstance(tree, exp.Delete):
+        return delete(tx, tree)
+    if isinstance(tree, exp.Merge):
+        return merge(tx, catalog, tree, travels)
+    if isinstance(tree, exp.Create):
+        create(tx, catalog, tree, travels)
+    elif isinstance(tree, exp.Drop):
+        drop(tx, tree)
+    elif isinstance(tree, exp.Alter):
+        alter(tx, tree)
+    else:
+        raise UnsupportedSQL(f"the statement {_short(statement.text)!r} is not supported")
+    return None
+
+
+def parse(text: str) -> exp.Expression:
+    try:
+        trees = [t for t in sqlglot.parse(text, dialect=DIALECT) if t is not None]
+    except sqlglot.errors.ParseError as exc:
+        detail = "; ".join(
+            f"{e.get('description')} at line {e.get('line')}, column {e.get('col')}"
+            for e in exc.errors[:3]
+        )
+        raise SQLError(f"cannot parse {_short(text)!r}: {detail}") from None
+    if len(trees) != 1:
+        raise SQLError(f"expected one statement in {_short(text)!r}")
+    return cast(exp.Expression, trees[0])
+
+
+def _short(text: str, limit: int = 80) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _refuse(tree: exp.Expression, args: Sequence[str], what: str) -> None:
+    for arg in args:
+        if tree.args.get(arg):
+            raise UnsupportedSQL(f"{what} is not supported")
+
+
+def _count(n: int) -> pa.Table:
+    return pa.table({"count": pa.array([n], pa.int64())})
+
+
+# --- parameters as literal nodes ---------------------------------------------------------
+
+
+def bind_placeholders(
+    tree: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | None
+) -> exp.Expression:
+    """The tree with each ``?``/``$1``/``$name`` replaced by a typed literal node."""
+    if params is None:
+        return tree
+    position = iter(range(1 << 30))
+
+    def value_of(node: exp.Placeholder) -> Any:
+        key = node.this
+        if isinstance(params, Mapping):
+            return params[str(key)]
+        if key is None:
+            return params[next(position)]
+        return params[int(str(key)) - 1]
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Placeholder):
+            return literal(value_of(node))
+        return node
+
+    bound: exp.Expression = tree.transform(replace, copy=True)
+    return bound
+
+
+def literal(value: Any) -> exp.Expression:
+    """A SQL literal node of a Python value (None, bool, int, float, Decimal, str, date, datetime).
+
+    Raises:
+        InvalidArgument: a value of another type.
+    """
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, int):
+        return exp.Literal.number(str(value))
+    if isinstance(value, float):
+        text = repr(value) if math.isfinite(value) else ("NaN" if value != value else repr(value))
+        return exp.cast(exp.Literal.string(text), exp.DataType.build("DOUBLE"))
+    if isinstance(value, decimal.Decimal):
+        return exp.Literal.number(str(value))
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    if isinstance(value, dt.datetime):
+        kind = "TIMESTAMP" if value.tzinfo is None else "TIMESTAMPTZ"
+        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), exp.DataType.build(kind))
+    if isinstance(value, dt.date):
+        return exp.cast(exp.Literal.string(value.isoformat()), exp.DataType.build("DATE"))
+    raise InvalidArgument(
+        f"a parameter of type {type(value).__name__} cannot be used in UPDATE, DELETE or MERGE",
+        help="use None, bool, int, float, Decimal, str, date or datetime values",
+    )
+
+
+# --- names ---------------------------------------------------------------------------------
+
+
+def table_name(table: exp.Expression, what: str) -> str:
+    if not isinstance(table, exp.Table) or not table.name:
+        raise UnsupportedSQL(f"{what} needs a plain table name")
+    if table.args.get("catalog") or table.db not in ("", "main"):
+        raise UnsupportedSQL(f"{what}: qualified table names are not supported ({table.sql()})")
+    return str(table.name)
+
+
+def _unqualify(tree: exp.Expression, names: set[str], what: str) -> exp.Expression:
+    """Strip ``t.`` from columns qualified with the table's name or alias."""
+
+    def strip(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.table:
+            if name_key(node.table) not in names or node.args.get("db"):
+                raise UnsupportedSQL(
+                    f"{what}: column {node.sql(dialect=DIALECT)} refers to another table"
+                )
+            return exp.column(node.args["this"].copy())
+        return node
+
+    return tree.transform(strip, copy=True)
+
+
+def _sql(node: exp.Expression) -> str:
+    return str(node.sql(dialect=DIALECT))
+
+
+# --- INSERT ------------------------------------------------------------------------------
+
+
+def insert(
+    tx: Transaction,
+    catalog: Catalog,
+    statement: Statement,
+    tree: exp.Insert,
+    travels: Sequence[TimeTravel] = (),
+) -> pa.Table:
+    """INSERT: DuckDB computes the rows into a scratch table of the target's types."""
+    _refuse(tree, ("conflict", "returning"), "INSERT ... ON CONFLICT / RETURNING")
+    _refuse(tree, ("overwrite", "alternative", "ignore"), "INSERT OVERWRITE / OR REPLACE / IGNORE")
+    _refuse(tree, ("where", "partition", "using", "stored", "settings"), "this INSERT form")
+    target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    name = table_name(target, "INSERT")
+    table = tx.table(name)
+    text = _retarget_insert(statement)
+    con = engine.cursor()
+    try:
+        scratch = pa.schema([pa.field(f.name, f.type) for f in table.schema])
+        con.register("__mere_target_type", scratch.empty_table())
+        engine.execute(
+            con, f"CREATE TEMP TABLE {_TARGET} AS SELECT * FROM __mere_target_type", None
+        )
+        register_tables(con, catalog, text, travels)
+        engine.execute(con, text, statement.params)
+        rows = engine.run(con, f"SELECT * FROM {_TARGET}", None)
+    finally:
+        con.close()
+    return _count(table.append(rows))
+
+
+def _retarget_insert(statement: Statement) -> str:
+    """The INSERT's text with its target table replaced by the scratch table."""
+    tokens = statement.tokens
+    into = next((i for i, t in enumerate(tokens) if t.token_type == TokenType.INTO), None)
+    if into is None or into + 1 >= len(tokens):
+        raise UnsupportedSQL("INSERT needs INTO <table>")
+    end = into + 1
+    while end + 2 < len(tokens) and tokens[end + 1].token_type == TokenType.DOT:
+        end += 2
+    text = statement.text
+    return text[: tokens[into + 1].start] + _TARGET + text[tokens[end].end + 1 :]
+
+
+# --- UPDATE, DELETE ------------------------------------------------------------------------
+
+
+def update(tx: Transaction, tree: exp.Update) -> pa.Table:
+    _refuse(tree, ("from_", "returning", "order", "limit", "with_", "options"), "UPDATE ... FROM")
+    name = table_name(tree.this, "UPDATE")
+    names = {name_key(name)} | ({name_key(tree.this.alias)} if tree.this.alias else set())
+    assignments: dict[str, str] = {}
+    for item in tree.expressions:
+        if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
+            raise UnsupportedSQL(f"UPDATE assignment {_sql(item)!r} is not supported")
+        column = item.this
+        if column.table and name_key(column.table) not in names:
+            raise UnsupportedSQL(f"UPDATE sets {_sql(column)}, a column of another table")
+        assignments[column.name] = _sql(_unqualify(item.expression, names, "UPDATE"))
+    where = tree.args.get("where")
+    condition = _sql(_unqualify(where.this, names, "UPDATE")) if where is not None else None
+    return _count(tx.table(name).update(condition, assignments))
+
+
+def delete(tx: Transaction, tree: exp.Delete) -> pa.Table:
+    _refuse(tree, ("using", "returning", "order", "limit", "tables", "with_"), "DELETE ... USING")
+    name = table_name(tree.this, "DELETE")
+    names = {name_key(name)} | ({name_key(tree.this.alias)} if tree.this.alias else set())
+    where = tree.args.get("where")
+    condition = _sql(_unqualify(where.this, names, "DELETE")) if where is not None else "TRUE"
+    return _count(tx.table(name).delete(condition))
+
+
+# --- MERGE ---------------------------------------------------------------------------------
+
+
+def merge(
+    tx: Transaction, catalog: Catalog, tree: exp.Merge, travels: Sequence[TimeTravel] = ()
+) -> pa.Table:
+    _refuse(tree, ("returning", "using_cond"), "MERGE ... RETURNING")
+    target_name = table_name(tree.this, "MERGE INTO")
+    target_alias = tree.this.alias or target_name
+    source = tree.args.get("using")
+    if isinstance(source, exp.Table):
+        source_alias = source.alias or source.name
+        query = f"SELECT * FROM {_sql(exp.table_(source.name, db=source.db or None))}"
+    elif isinstance(source, exp.Subquery):
+        source_alias = source.alias or "s"
+        query = _sql(source.this)
+    else:
+        raise UnsupportedSQL("MERGE ... USING takes a table or a (subquery) AS alias")
+    if name_key(source_alias) == name_key(target_alias):
+        raise UnsupportedSQL("MERGE: give the source and the target different aliases")
+    with connection(catalog, query, travels) as con:
+        rows = engine.run(con, query, None)
+    merger = tx.table(target_name).merge(
+        rows, _sql(tree.args["on"]), source_alias=source_alias, target_alias=target_alias
+    )
+    whens = tree.args.get("whens")
+    for when in whens.expressions if whens is not None else []:
+        _merge_clause(merger, when)
+    metrics = merger.execute()
+    inserted = metrics.num_target_rows_inserted
+    updated = metrics.num_target_rows_updated
+    deleted = metrics.num_target_rows_deleted
+    return pa.table(
+        {
+            "count": pa.array([inserted + updated + deleted], pa.int64()),
+            "inserted": pa.array([inserted], pa.int64()),
+            "updated": pa.array([updated], pa.int64()),
+            "deleted": pa.array([deleted], pa.int64()),
+        }
+    )
+
+
+def _merge_clause(merger: Any, when: exp.When) -> None:
+    if when.args.get("source"):
+        raise UnsupportedSQL("MERGE ... WHEN NOT MATCHED BY SOURCE is not supported")
+    cond_node = when.args.get("condition")
+    cond = _sql(cond_node) if cond_node is not None else None
+    then = when.args.get("then")
+    matched = bool(when.args.get("matched"))
+    if matched and isinstance(then, exp.Update):
+        items = then.expressions
+        if len(items) == 1 and isinstance(items[0], exp.Star):
+            merger.when_matched_update_all(cond)
+            return
+        values: dict[str, str] = {}
+        for item in items:
+            if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
+                raise UnsupportedSQL(f"MERGE assignment {_sql(item)!r} is not supported")
+            values[item.this.name] = _sql(item.expression)
+        merger.when_matched_update(values, cond)
+    elif matched and isinstance(then, exp.Var) and then.name.upper() == "DELETE":
+        merger.when_matched_delete(cond)
+    elif not matched and isinstance(then, exp.Insert):
+        if isinstance(then.this, exp.Star):
+            merger.when_not_matched_insert_all(cond)
+            return
+        columns = then.this.expressions if isinstance(then.this, exp.Tuple) else None
+        exprs = then.expression.expressions if isinstance(then.expression, exp.Tuple) else None
+        if columns is None or exprs is None or len(columns) != len(exprs):
+            raise UnsupportedSQL("MERGE ... INSERT needs (columns) VALUES (values) or *")
+        merger.when_not_matched_insert(
+            {c.name: _sql(v) for c, v in zip(columns, exprs, strict=True)}, cond
+        )
+    else:
+        raise UnsupportedSQL(f"MERGE clause {_short(_sql(when))!r} is not supported")
+
+
+# --- CREATE, DROP, ALTER --------------------------------------------------------------------
+
+
+def create(
+    tx: Transaction, catalog: Catalog, tree: exp.Create, travels: Sequence[TimeTravel] = ()
+) -> None:
+    kind = str(tree.args.get("kind") or "").upper()
+    if kind != "TABLE":
+        raise UnsupportedSQL(f"CREATE {kind or '...'} is not supported (only CREATE TABLE)")
+    _refuse(tree, ("indexes", "clone", "unique", "refresh", "concurrently"), "this CREATE TABLE")
+    schema_node = tree.this if isinstance(tree.this, exp.Schema) else None
+    target = schema_node.this if schema_node is not None else tree.this
+    name = table_name(target, "CREATE TABLE")
+    if target.args.get("temporary") or _has_property(tree, exp.TemporaryProperty):
+        raise UnsupportedSQL("CREATE TEMPORARY TABLE is not supported")
+    partition_by = _partition_by(tree)
+    if tree.args.get("exists") and tx.has_table(name):
+        return None
+    if tree.args.get("replace") and tx.has_table(name):
+        tx.drop_table(name)
+    query = tree.args.get("expression")
+    if query is not None:
+        if schema_node is not None and schema_node.expressions:
+            raise UnsupportedSQL("CREATE TABLE t (columns) AS SELECT: leave the columns out")
+        text = _sql(query)
+        with connection(catalog, text, travels) as con:
+            rows = engine.run(con, text, None)
+        schema = pa.schema([pa.field(f.name, f.type) for f in rows.schema])
+        tx.create_table(name, schema, partition_by=partition_by)
+        tx.table(name).append(rows)
+        return None
+    if schema_node is None or not schema_node.expressions:
+        raise UnsupportedSQL("CREATE TABLE needs a column list or AS SELECT")
+    fields: list[pa.Field] = []
+    checks: list[tuple[str | None, str]] = []
+    for item in schema_node.expressions:
+        if isinstance(item, exp.ColumnDef):
+            fields.append(_column(item, checks))
+        elif isinstance(item, exp.Constraint):
+            for c in item.expressions:
+                checks.append((item.name, _check_sql(c)))
+        elif isinstance(item, exp.CheckColumnConstraint):
+            checks.append((None, _check_sql(item)))
+        else:
+            raise UnsupportedSQL(f"table constraint {_short(_sql(item))!r} is not supported")
+    tx.create_table(name, pa.schema(fields), partition_by=partition_by)
+    for number, (check_name, condition) in enumerate(checks, start=1):
+        tx.alter_table(name).add_check(check_name or f"{name}_check{number}", condition)
+    return None
+
+
+def _has_property(tree: exp.Create, kind: type[exp.Expression]) -> bool:
+    props = tree.args.get("properties")
+    return props is not None and any(isinstance(p, kind) for p in props.expressions)
+
+
+def _partition_by(tree: exp.Create) -> list[str]:
+    props = tree.args.get("properties")
+    columns: list[str] = []
+    for prop in props.expressions if props is not None else []:
+        if isinstance(prop, exp.PartitionedByProperty):
+            node = prop.this
+            items = node.expressions if isinstance(node, exp.Schema | exp.Tuple) else [node]
+            for item in items:
+                if not isinstance(item, exp.Identifier | exp.Column):
+                    raise UnsupportedSQL("PARTITIONED BY takes column names")
+                columns.append(item.name)
+        else:
+            raise UnsupportedSQL(f"table property {_short(_sql(prop))!r} is not supported")
+    return columns
+
+
+def _column(item: exp.ColumnDef, checks: list[tuple[str | None, str]]) -> pa.Field:
+    kind = item.args.get("kind")
+    if not isinstance(kind, exp.DataType):
+        raise UnsupportedSQL(f"column {item.name!r} needs a type")
+    nullable = True
+    for constraint in item.args.get("constraints") or []:
+        c = constraint.args.get("kind")
+        if isinstance(c, exp.NotNullColumnConstraint):
+            nullable = bool(c.args.get("allow_null"))
+        elif isinstance(c, exp.CheckColumnConstraint):
+            checks.append((constraint.name or None, _check_sql(c)))
+        else:
+            raise UnsupportedSQL(
+                f"column constraint {_short(_sql(constraint))!r} is not supported",
+                help="supported: NOT NULL, NULL and CHECK (...)",
+            )
+    return pa.field(item.name, arrow_type(kind), nullable)
+
+
+def _check_sql(constraint: exp.Expression) -> str:
+    if not isinstance(constraint, exp.CheckColumnConstraint):
+        raise UnsupportedSQL(f"constraint {_short(_sql(constraint))!r} is not supported")
+    return _sql(constraint.this)
+
+
+def drop(tx: Transaction, tree: exp.Drop) -> None:
+    kind = str(tree.args.get("kind") or "").upper()
+    if kind != "TABLE":
+        raise UnsupportedSQL(f"DROP {kind or '...'} is not supported (only DROP TABLE)")
+    for table in tree.args.get("tables") or [tree.this]:
+        tx.drop_table(table_name(table, "DROP TABLE"), if_exists=bool(tree.args.get("exists")))
+    return None
+
+
+def alter(tx: Transaction, tree: exp.Alter) -> None:
+    kind = str(tree.args.get("kind") or "").upper()
+    if kind != "TABLE":
+        raise UnsupportedSQL(f"ALTER {kind or '...'} is not supported (only ALTER TABLE)")
+    name = table_name(tree.this, "ALTER TABLE")
+    if tree.args.get("exists") and not tx.has_table(name):
+        return None
+    if not tx.has_table(name):
+        raise TableNotFound(name, tx.read_version)
+    for action in tree.args.get("actions") or []:
+        _alter_one(tx, name, action)
+    return None
+
+
+def _alter_one(tx: Transaction, name: str, action: exp.Expression) -> None:
+    alter = tx.alter_table(name)
+    if isinstance(action, exp.ColumnDef):
+        checks: list[tuple[str | None, str]] = []
+        f = _column(action, checks)
+        alter.add_column(f.name, f.type, nullable=f.nullable)
+        for number, (check_name, condition) in enumerate(checks, start=1):
+            alter.add_check(check_name or f"{name}_{f.name}_check{number}", condition)
+    elif isinstance(action, exp.RenameColumn):
+        alter.rename_column(action.this.name, action.args["to"].name)
+    elif isinstance(action, exp.AddConstraint):
+        for constraint in action.expressions:
+            if not isinstance(constraint, exp.Constraint) or not constraint.name:
+                raise UnsupportedSQL("ALTER TABLE ... ADD CONSTRAINT needs a name: CONSTRAINT n")
+            for c in constraint.expressions:
+                alter.add_check(constraint.name, _check_sql(c))
+    elif isinstance(action, exp.AlterColumn):
+        dtype = action.args.get("dtype")
+        other = [k for k, v in action.args.items() if v and k not in ("this", "dtype")]
+        if dtype is None or other:
+            raise UnsupportedSQL(
+                f"ALTER COLUMN {_short(_sql(action))!r} is not supported (only ... TYPE t)"
+            )
+        alter.widen_column(action.this.name, arrow_type(dtype))
+    elif isinstance(action, exp.Drop):
+        what = str(action.args.get("kind") or "").upper()
+        if what == "CONSTRAINT":
+            for c in action.expressions or [action.this]:
+                alter.drop_check(c.name)
+        else:
+            raise UnsupportedSQL(
+                f"ALTER TABLE ... DROP {what or '...'} is not supported",
+                help="dropping a column is not supported yet",
+            )
+    else:
+        raise UnsupportedSQL(f"ALTER TABLE action {_short(_sql(action))!r} is not supported")
+
+
+__all__ = ["bind_placeholders", "literal", "parse", "run_command"]

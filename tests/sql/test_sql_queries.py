@@ -1,0 +1,288 @@
+"""Queries through DuckDB: every table at one version, pushdown, exact rows, time travel."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import random
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import mere
+from mere.snapshot.dataset import physical_dataset, table_dataset
+from mere.sql import SQLError, UnsupportedSQL
+
+from sql_helpers import rows
+
+NAN = float("nan")
+
+ODD = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("p", pa.string()),
+        pa.field("f", pa.float64()),
+        pa.field("ts", pa.timestamp("ns")),
+        pa.field("tz", pa.timestamp("us", "UTC")),
+        pa.field("d", pa.date32()),
+        pa.field("dec", pa.decimal128(12, 3)),
+        pa.field("b", pa.bool_()),
+        pa.field("s", pa.string()),
+        pa.field("u", pa.uint32()),
+        pa.field("small", pa.int16()),
+    ]
+)
+
+
+def odd_rows(start: int, n: int, seed: int) -> pa.Table:
+    rng = random.Random(seed)
+
+    def maybe(v: object) -> object:
+        return None if rng.random() < 0.2 else v
+
+    return pa.table(
+        {
+            "id": list(range(start, start + n)),
+            "p": [maybe(rng.choice(["a", "b", "O'x"])) for _ in range(n)],
+            "f": [maybe(rng.choice([NAN, -0.0, 1.5, -2.25, float("inf"), 3.0])) for _ in range(n)],
+            "ts": pa.array(
+                [maybe(1_700_000_000_000_000_000 + rng.randrange(10**9)) for _ in range(n)],
+                pa.timestamp("ns"),
+            ),
+            "tz": pa.array(
+                [maybe(1_700_000_000_000_000 + rng.randrange(10**6)) for _ in range(n)],
+                pa.timestamp("us", "UTC"),
+            ),
+            "d": [maybe(dt.date(2024, 1, 1) + dt.timedelta(days=rng.randrange(60))) for _ in range(n)],
+            "dec": [maybe(decimal.Decimal(rng.randrange(-10**6, 10**6)) / 1000) for _ in range(n)],
+            "b": [maybe(rng.random() < 0.5) for _ in range(n)],
+            "s": [maybe(rng.choice(["", "x", "naïve", "日本", "a%b"])) for _ in range(n)],
+            "u": [maybe(rng.randrange(2**32)) for _ in range(n)],
+            "small": [maybe(rng.randrange(-300, 300)) for _ in range(n)],
+        },
+        schema=ODD,
+    )
+
+
+@pytest.fixture(params=["flat", "partitioned"])
+def odd_db(request: pytest.FixtureRequest, db: mere.Database) -> mere.Database:
+    """Table ``odd`` in several files, with NULL, NaN, ns timestamps, a renamed column."""
+    db.create_table("odd", ODD, partition_by=["p"] if request.param == "partitioned" else [])
+    for seed in range(3):
+        db.table("odd").append(odd_rows(seed * 100, 40, seed))
+    return db
+
+
+def test_a_query_sees_every_table_at_one_version(db: mere.Database, orders_schema) -> None:
+    db.create_table("orders", orders_schema)
+    db.create_table("countries", pa.schema([("country", pa.string()), ("name", pa.string())]))
+    db.table("countries").append([{"country": "FR", "name": "France"}])
+    db.table("orders").append([{"id": 1, "country": "FR", "amount": 2.5}])
+    result = db.sql(
+        "SELECT o.id, c.name, o.amount FROM orders o JOIN countries c USING (country)"
+    )
+    assert result.to_pylist() == [{"id": 1, "name": "France", "amount": 2.5}]
+
+
+def test_select_star_returns_exactly_the_scan(odd_db: mere.Database) -> None:
+    """NULL, NaN, -0.0, infinities, ns timestamps, decimals: DuckDB hands back scan()'s rows."""
+    expected = odd_db.table("odd").scan()
+    got = odd_db.sql("SELECT * FROM odd")
+    assert got.schema.names == expected.schema.names
+    assert rows(got) == rows(expected)
+    for name in ("ts", "d", "dec", "u", "small", "f"):
+        assert got.schema.field(name).type == expected.schema.field(name).type, name
+    # DuckDB names UTC after the session's zone (Etc/UTC); the instants are the same
+    assert got.schema.field("tz").type.unit == "us" and got.schema.field("tz").type.tz
+
+
+def test_the_registered_dataset_returns_exactly_the_scan(odd_db: mere.Database) -> None:
+    snap = odd_db.snapshot().table("odd")
+    dataset = table_dataset(odd_db.store, snap.meta, snap.files)
+    assert dataset.schema == snap.schema
+    assert rows(dataset.to_table()) == rows(snap.scan())
+    assert rows(dataset.to_table()) == rows(dataset.to_table())  # reusable
+
+
+def test_renamed_added_and_widened_columns_read_like_the_scan(odd_db: mere.Database) -> None:
+    with odd_db.transaction() as tx:
+        tx.alter_table("odd").rename_column("s", "label").add_column("s", pa.int64())
+        tx.alter_table("odd").widen_column("small", pa.int64())
+    odd_db.table("odd").append(
+        odd_rows(1000, 5, 9)
+        .rename_columns([*ODD.names[:-3], "label", "u", "small"])
+        .append_column("s", pa.array([1, 2, None, 4, 5], pa.int64()))
+    )
+    expected = odd_db.table("odd").scan()
+    got = odd_db.sql("SELECT * FROM odd")
+    assert got.schema.names == expected.schema.names
+    assert rows(got) == rows(expected)
+    assert rows(odd_db.sql("SELECT label, s FROM odd WHERE s > 1")) == rows(
+        odd_db.table("odd").scan(["label", "s"], "s > 1")
+    )
+    snap = odd_db.snapshot().table("odd")
+    assert rows(snap.to_dataset().to_table()) == rows(expected)
+
+
+FILTERS = [
+    "f > 1",
+    "f >= 1.5",
+    "f < 0",
+    "f = 'NaN'::DOUBLE",
+    "f IS NULL",
+    "NOT (f > 1)",
+    "ts > TIMESTAMP_NS '2023-11-14 22:13:20.5'",
+    "tz <= TIMESTAMPTZ '2023-11-14 22:13:20.4+00'",
+    "d BETWEEN DATE '2024-01-10' AND DATE '2024-01-20'",
+    "dec > 100.5",
+    "dec IN (1.000, -2.5)",
+    "b",
+    "NOT b",
+    "b IS NULL",
+    "s = ''",
+    "s LIKE 'a%'",
+    "s >= 'n'",
+    "p = 'a'",
+    "p IS NULL",
+    "p IN ('b', 'O''x')",
+    "u > 2000000000",
+    "small < -100 OR small > 250",
+    "id >= 100 AND id < 110",
+    "id = 5 OR p = 'b'",
+    "coalesce(small, 0) = 0",
+]
+
+
+def test_filters_pushed_into_the_scan_match_duckdb_on_the_same_rows(
+    odd_db: mere.Database,
+) -> None:
+    """DuckDB's filters reach the dataset (and skip files): results equal DuckDB in memory."""
+    reference = duckdb.connect()
+    reference.register("odd", odd_db.table("odd").scan())
+    for where in FILTERS:
+        query = f"SELECT id, f, s FROM odd WHERE {where}"
+        assert rows(odd_db.sql(query)) == rows(reference.sql(query).to_arrow_table()), where
+
+
+def test_only_needed_columns_are_read_and_files_are_skipped(tmp_path) -> None:
+    """Pushdown reaches the files: a query never touches a file or column it does not need.
+
+    One file is replaced by a Parquet file whose ``blob`` cannot be read as the
+    table's type, another is deleted: queries that need neither still work.
+    """
+    db = mere.connect(tmp_path / "db")
+    schema = pa.schema([("id", pa.int64()), ("day", pa.string()), ("blob", pa.string())])
+    db.create_table("t", schema, partition_by=["day"])
+    for day in range(4):
+        ids = list(range(day * 1000, day * 1000 + 1000))
+        db.table("t").append(pa.table({"id": ids, "day": [f"d{day}"] * 1000, "blob": ["x"] * 1000}))
+    snap = db.snapshot().table("t")
+    by_day = {f.partition_values["day"]: tmp_path / "db" / "tables" / snap.id / f.path for f in snap.files}
+    pq.write_table(
+        pa.table({"id": list(range(3000, 4000)), "blob": [[1]] * 1000}), by_day["d3"]
+    )
+    by_day["d0"].unlink()
+
+    assert db.sql("SELECT sum(id) AS s FROM t WHERE day <> 'd0'").column("s")[0].as_py() == sum(
+        range(1000, 4000)
+    )
+    assert db.sql("SELECT count(*) AS n FROM t WHERE id >= 1000").column("n")[0].as_py() == 3000
+    assert db.sql("SELECT count(blob) AS n FROM t WHERE day = 'd1'").column("n")[0].as_py() == 1000
+    with pytest.raises(SQLError):
+        db.sql("SELECT count(blob) FROM t WHERE day <> 'd0'")  # d3's blob is read: it fails
+    with pytest.raises(SQLError):
+        db.sql("SELECT count(*) FROM t WHERE id < 1000")  # d0 is needed: it is gone
+
+
+def test_time_travel_per_table_reference(db: mere.Database, orders_schema) -> None:
+    db.create_table("orders", orders_schema)
+    db.table("orders").append([{"id": 1, "country": "FR", "amount": 1.0}])
+    first = db.version
+    db.table("orders").append([{"id": 2, "country": "DE", "amount": 2.0}])
+    second = db.version
+    db.table("orders").delete("id = 1")
+    at = db.snapshot(version=second).timestamp
+
+    now_and_then = db.sql(
+        f"SELECT (SELECT count(*) FROM orders) AS now, "
+        f"(SELECT count(*) FROM orders FOR SYSTEM_VERSION AS OF {first}) AS first, "
+        f"(SELECT count(*) FROM orders FOR SYSTEM_VERSION AS OF {second} o WHERE o.id > 0) "
+        f"AS second"
+    )
+    assert now_and_then.to_pylist() == [{"now": 1, "first": 1, "second": 2}]
+    joined = db.sql(
+        f"SELECT orders.id FROM orders FOR SYSTEM_VERSION AS OF {second} "
+        "JOIN orders AS cur ON orders.id = cur.id"
+    )
+    assert joined.column("id").to_pylist() == [2]
+    stamp = at.strftime("%Y-%m-%d %H:%M:%S.%f")
+    by_time = db.sql(f"SELECT id FROM orders FOR SYSTEM_TIME AS OF TIMESTAMP '{stamp}' ORDER BY id")
+    assert by_time.column("id").to_pylist() == [1, 2]
+    whole = db.snapshot(version=first).sql("SELECT id FROM orders")
+    assert whole.column("id").to_pylist() == [1]
+    # a string inside the query that looks like the clause is data, not syntax
+    text = db.sql("SELECT 'x FOR SYSTEM_VERSION AS OF 1' AS s")
+    assert text.column("s").to_pylist() == ["x FOR SYSTEM_VERSION AS OF 1"]
+
+
+def test_time_travel_errors(db: mere.Database, orders_schema) -> None:
+    db.create_table("orders", orders_schema)
+    with pytest.raises(mere.VersionNotFound):
+        db.sql("SELECT * FROM orders FOR SYSTEM_VERSION AS OF 999")
+    with pytest.raises(mere.TableNotFound):
+        db.sql("SELECT * FROM orders FOR SYSTEM_VERSION AS OF 0")
+    with pytest.raises(SQLError, match="version number literal"):
+        db.sql("SELECT * FROM orders FOR SYSTEM_VERSION AS OF ?", [1])
+    with pytest.raises(mere.VersionNotFound):
+        db.sql("SELECT * FROM orders FOR SYSTEM_TIME AS OF TIMESTAMP '1999-01-01 00:00:00'")
+
+
+def test_parameters_are_bound_by_duckdb(db: mere.Database, orders_schema) -> None:
+    db.create_table("orders", orders_schema)
+    db.table("orders").append(
+        [{"id": 1, "country": "FR", "amount": 1.0}, {"id": 2, "country": "x' OR 1=1 --", "amount": 2.0}]
+    )
+    assert db.sql("SELECT id FROM orders WHERE country = ?", ["x' OR 1=1 --"]).column(
+        "id"
+    ).to_pylist() == [2]
+    assert db.sql("SELECT id FROM orders WHERE id = $id", {"id": 1}).num_rows == 1
+    assert db.sql("SELECT id FROM orders WHERE id = $1 OR id = $2", [1, 2]).num_rows == 2
+    with pytest.raises(mere.InvalidArgument, match="placeholder"):
+        db.sql("SELECT id FROM orders WHERE id = ?", [1, 2])
+    with pytest.raises(mere.InvalidArgument, match="no value"):
+        db.sql("SELECT id FROM orders WHERE id = $id", {"other": 1})
+
+
+def test_errors_are_clear(db: mere.Database, orders_schema) -> None:
+    db.create_table("orders", orders_schema)
+    with pytest.raises(SQLError, match="nope"):
+        db.sql("SELECT * FROM nope")
+    with pytest.raises(SQLError, match="Parser Error|syntax"):
+        db.sql("SELECT FROM WHERE")
+    with pytest.raises(UnsupportedSQL, match="SELEC statements are not supported"):
+        db.sql("SELEC 1")
+    with pytest.raises(UnsupportedSQL, match="PRAGMA"):
+        db.sql("PRAGMA version")
+    with pytest.raises(UnsupportedSQL, match="COPY"):
+        db.sql("COPY orders TO 'x.csv'")
+    with pytest.raises(SQLError):
+        db.sql("SELECT * FROM read_csv('/etc/hostname')")  # no file system access
+    with pytest.raises(UnsupportedSQL, match="read-only"):
+        db.snapshot().sql("DELETE FROM orders WHERE id = 1")
+
+
+def test_a_transaction_reads_its_own_writes_and_records_the_read(
+    db: mere.Database, orders_schema
+) -> None:
+    db.create_table("orders", orders_schema)
+    db.create_table("audit", pa.schema([("n", pa.int64())]))
+    tx = db.transaction(isolation="serializable")
+    tx.table("orders").append([{"id": 7, "country": "FR", "amount": 1.0}])
+    seen = tx.sql("SELECT count(*) AS n FROM orders").column("n")[0].as_py()
+    assert seen == 1
+    tx.table("audit").append([{"n": seen}])
+    db.table("orders").append([{"id": 8, "country": "DE", "amount": 2.0}])  # concurrent
+    with pytest.raises(mere.ConcurrentAppend):
+        tx.commit()
