@@ -14,6 +14,9 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 import mere
@@ -324,3 +327,17 @@ def test_writer_counts_nan_and_skipping_uses_it(two_files):
     plan = plan_scan(state.meta, None, "f > 100")
     assert sorted(a.rows for a in plan.select(state.files.values())) == [2]
     assert keys(two_files.scan(filter="f > 100")) == [2]
+
+
+def test_data_files_carry_no_float_footer_statistics(tmp_path: Path):
+    """Readers that skip row groups by Parquet min/max (pyarrow, Spark) must keep NaN rows."""
+    db = mere.connect(tmp_path / "db")
+    db.create_table("t", SCHEMA)
+    db.table("t").append(pa.table({"k": [1, 2], "f": [5.0, NAN]}, schema=SCHEMA))
+    (path,) = (tmp_path / "db").rglob("*.parquet")
+    column_stats = pq.ParquetFile(path).metadata.row_group(0)
+    assert column_stats.column(0).is_stats_set  # k
+    assert not column_stats.column(1).is_stats_set  # f
+    dataset = ds.dataset(path)
+    assert dataset.to_table(filter=pc.is_nan(pc.field("f"))).column("k").to_pylist() == [2]
+    assert dataset.to_table(filter=pc.field("k") > 1).column("k").to_pylist() == [2]

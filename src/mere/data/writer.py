@@ -10,6 +10,7 @@ they are exact and never depend on what a Parquet writer chose to record.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Mapping
@@ -138,7 +139,12 @@ class DataFileWriter:
             f = _OpenFile(
                 partition_values=dict(zip(self.table.partition_columns, key, strict=True)),
                 sink=sink,
-                writer=pq.ParquetWriter(sink, self.file_schema, compression=COMPRESSION),
+                writer=pq.ParquetWriter(
+                    sink,
+                    self.file_schema,
+                    compression=COMPRESSION,
+                    write_statistics=footer_statistics_columns(self.file_schema),
+                ),
                 stats={name: _ColumnStats() for name in self.file_schema.names},
             )
             self._open[key] = f
@@ -179,6 +185,29 @@ class DataFileWriter:
                 modification_time=int(time.time() * 1000),
             )
         )
+
+
+@functools.lru_cache(maxsize=128)
+def footer_statistics_columns(schema: pa.Schema) -> list[str]:
+    """The Parquet column paths whose footer statistics a data file may carry.
+
+    Every column but the floating-point ones: Parquet min/max leave NaN out, and
+    readers that skip row groups by them (pyarrow, Spark, deltalake) would drop
+    rows holding NaN, which sorts above every number. mere's own statistics (the
+    log's, with a NaN count) are unaffected.
+    """
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink)
+    parquet = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
+    out = []
+    for i in range(len(parquet)):
+        column = parquet.column(i)
+        floating = column.physical_type in ("FLOAT", "DOUBLE") or (
+            str(column.logical_type.type).upper() == "FLOAT16"
+        )
+        if not floating:
+            out.append(column.path)
+    return out
 
 
 def new_data_file_path(partition_values: Mapping[str, str | None]) -> str:
