@@ -341,3 +341,15 @@ def test_data_files_carry_no_float_footer_statistics(tmp_path: Path):
     dataset = ds.dataset(path)
     assert dataset.to_table(filter=pc.is_nan(pc.field("f"))).column("k").to_pylist() == [2]
     assert dataset.to_table(filter=pc.field("k") > 1).column("k").to_pylist() == [2]
+
+
+def test_scan_columns_match_names_ignoring_case_like_filters(tmp_path: Path):
+    db = mere.connect(tmp_path / "db")
+    schema = pa.schema([("Key", pa.int64()), ("f", pa.float64())])
+    db.create_table("t", schema)
+    t = db.table("t")
+    t.append(pa.table({"Key": [1, 2], "f": [5.0, 1.0]}, schema=schema))
+    assert t.scan(columns=["key"], filter="KEY = 1").to_pydict() == {"Key": [1]}
+    assert t.scan_batches(columns=["F"]).read_all().column_names == ["f"]
+    with pytest.raises(mere.SchemaMismatch, match="unknown column"):
+        t.scan(columns=["nope"])

@@ -19,6 +19,7 @@ from mere.data.reader import RowFilter, iter_file, read_file
 from mere.data.values import from_text, stat_from_json
 from mere.errors import InvalidExpression, SchemaMismatch
 from mere.log.actions import AddFile, TableMeta
+from mere.names import name_key
 from mere.schema import physical_name
 from mere.storage.base import ObjectStore
 
@@ -91,12 +92,18 @@ def plan_scan(table: TableMeta, columns: Sequence[str] | None, filter: str | Non
     else:
         if isinstance(columns, str):
             raise SchemaMismatch("columns must be a list of column names, not a string")
-        unknown = [c for c in columns if c not in names]
+        # Names match as in filters and appends: exactly, else ignoring case (column
+        # names are unique ignoring case); the output uses the table's spelling.
+        by_key = {name_key(n): n for n in names}
+        out = [
+            by_key.get(name_key(c), c) if isinstance(c, str) and c not in names else c
+            for c in columns
+        ]
+        unknown = [c for c, resolved in zip(columns, out, strict=True) if resolved not in names]
         if unknown:
             raise SchemaMismatch(
                 f"unknown column(s) {unknown} in table {table.name!r}; it has {names}"
             )
-        out = list(columns)
     predicate = None
     if filter is not None:
         predicate = sqlexpr.bind(sqlexpr.parse(filter), table.schema)
