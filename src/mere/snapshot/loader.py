@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mere.errors import VersionNotFound
+from mere.log.keys import LOG_PREFIX, parse_log_key
 from mere.log.log import Log
 from mere.snapshot.state import DatabaseState
 
@@ -29,7 +30,7 @@ def load_state(log: Log, version: int, cached: DatabaseState | None = None) -> D
         checkpoint = log.checkpoint_at_or_below(version, _interval(cached))
         if checkpoint is not None:
             start = DatabaseState.from_checkpoint(log.read_checkpoint(checkpoint))
-            return replay(log, start, version)
+            return _replay_from(log, start, version)
         try:
             first = log.read_commit(0)
         except VersionNotFound:
@@ -53,6 +54,27 @@ def replay(log: Log, state: DatabaseState, version: int) -> DatabaseState:
     if version > state.version:
         state = state.apply_many(log.read_commits(state.version + 1, version))
     return state
+
+
+def _replay_from(log: Log, start: DatabaseState, version: int) -> DatabaseState:
+    """Replay from a checkpoint; past one kept below the oldest commit, from a newer one.
+
+    Expiry keeps the checkpoints of versions named exports keep, below the
+    oldest commit (docs/format.md §11.3). Found by the interval probe for a
+    later version, such a checkpoint cannot be replayed forward: the newest
+    checkpoint at or below the version (by listing) is used instead.
+    """
+    try:
+        return replay(log, start, version)
+    except VersionNotFound:
+        newest = None
+        for meta in log.store.list(LOG_PREFIX):
+            parsed = parse_log_key(meta.key)
+            if parsed and parsed[1] == "checkpoint" and start.version < parsed[0] <= version:
+                newest = parsed[0] if newest is None else max(newest, parsed[0])
+        if newest is None:
+            raise
+        return replay(log, DatabaseState.from_checkpoint(log.read_checkpoint(newest)), version)
 
 
 def _interval(state: DatabaseState | None) -> int | None:
