@@ -152,21 +152,27 @@ def evaluation_error(
     """The InvalidExpression for a run-time failure of ``expr`` (overflow, a failing cast)."""
     detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     truncated, not_in_range = _TRUNCATED.search(detail), _NOT_IN_RANGE.search(detail)
+    help = "check the data for values the expression cannot convert"
     if detail == "overflow":
         detail = "integer overflow: a result does not fit in its type"
-    elif truncated:
-        value = truncated.group(1)
-        value = value if len(value) <= 24 else f"{float(value):.6g}"
-        detail = f"the value {value} is out of range for {truncated.group(2).upper()}"
-    elif not_in_range:
-        low, high = not_in_range.group(2), not_in_range.group(3)
-        detail = f"the value {not_in_range.group(1)} is out of range ({low} to {high})"
+        help = (
+            "integer arithmetic fails on overflow, as in DuckDB: CAST an operand to "
+            "BIGINT, DECIMAL or DOUBLE first"
+        )
+    elif truncated or not_in_range:
+        if truncated:
+            value = truncated.group(1)
+            value = value if len(value) <= 24 else f"{float(value):.6g}"
+            detail = f"the value {value} is out of range for {truncated.group(2).upper()}"
+        else:
+            assert not_in_range is not None
+            low, high = not_in_range.group(2), not_in_range.group(3)
+            detail = f"the value {not_in_range.group(1)} is out of range ({low} to {high})"
+        help = "casts fail on values out of the target type's range (NaN and infinity too)"
     elif len(detail) > 200:
         detail = detail[:197] + "..."
     return InvalidExpression(
-        f"evaluating {text if text is not None else to_sql(expr)!r} failed: {detail}",
-        help="integer arithmetic fails on overflow (as in DuckDB): CAST an operand to BIGINT, "
-        "DECIMAL or DOUBLE first; casts fail on values out of the target type's range",
+        f"evaluating {text if text is not None else to_sql(expr)!r} failed: {detail}", help=help
     )
 
 
