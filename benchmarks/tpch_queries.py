@@ -6,6 +6,17 @@ Used by ``benchmarks/tpch_sql.py`` and by ``tests/sql/test_sql_tpch.py``.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import mere
+
 TABLES = ("customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier")
 
 QUERIES: dict[int, str] = {
@@ -338,3 +349,60 @@ GROUP BY cntrycode
 ORDER BY cntrycode
 """,
 }
+
+
+# --- data: generate with tpchgen-cli, load into mere ----------------------------------------
+
+#: How the benchmark and the tests lay the tables out in mere: partition columns.
+PARTITION_BY: dict[str, list[str]] = {"lineitem": ["l_returnflag"], "orders": ["o_orderstatus"]}
+
+
+def tpchgen(target: Path, scale_factor: float) -> Path:
+    """The 8 tables as Parquet under ``target`` (generated once, then reused)."""
+    marker = target / "_COMPLETE"
+    if marker.exists():
+        return target
+    bindir = Path(sys.executable).parent
+    command = str(bindir / "tpchgen-cli") if (bindir / "tpchgen-cli").exists() else None
+    command = command or shutil.which("tpchgen-cli")
+    if command is None:
+        raise FileNotFoundError("tpchgen-cli is not installed (pip install tpchgen-cli)")
+    target.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [command, "parquet", "--scale-factor", str(scale_factor), "--output-dir", str(target)],
+        check=True,
+        capture_output=True,
+    )
+    marker.write_text(str(scale_factor))
+    return target
+
+
+def read_table(directory: Path, name: str) -> pa.Table:
+    """One generated table with plain types (string views become strings, no field ids)."""
+    table = pq.read_table(directory / f"{name}.parquet")
+    fields = [
+        pa.field(f.name, pa.string() if pa.types.is_string_view(f.type) else f.type, f.nullable)
+        for f in table.schema
+    ]
+    return table.cast(pa.schema(fields))
+
+
+def load(db: mere.Database, directory: Path) -> int:
+    """Load the 8 tables into ``db`` in one transaction; returns the committed version."""
+    with db.transaction() as tx:
+        for name in TABLES:
+            data = read_table(directory, name)
+            tx.create_table(name, data.schema, partition_by=PARTITION_BY.get(name, []))
+            tx.table(name).append(data)
+    assert tx.commit_version is not None
+    return tx.commit_version
+
+
+def duckdb_on_parquet(directory: Path) -> duckdb.DuckDBPyConnection:
+    """DuckDB reading the generated Parquet files directly (the reference)."""
+    con = duckdb.connect()
+    for name in TABLES:
+        con.execute(
+            f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{directory / name}.parquet')"
+        )
+    return con

@@ -13,6 +13,7 @@ import pyarrow as pa
 from mere.storage import MemoryStore, ObjectStore
 from mere.storage.base import ObjectMeta
 
+
 def _norm(value: Any) -> Any:
     if isinstance(value, float):
         if math.isnan(value):

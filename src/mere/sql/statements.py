@@ -503,7 +503,7 @@ def _alter_one(tx: Transaction, name: str, action: exp.Expression) -> None:
     elif isinstance(action, exp.Drop):
         what = str(action.args.get("kind") or "").upper()
         if what == "CONSTRAINT":
-            for c in action.expressions or [action.this]:
+            for c in action.args.get("tables") or action.expressions or [action.this]:
                 alter.drop_check(c.name)
         else:
             raise UnsupportedSQL(
