@@ -907,3 +907,18 @@ def test_a_kept_checkpoint_below_the_oldest_commit_does_not_hide_later_versions(
     for version, xs in expected.items():
         assert sorted(fresh.snapshot(version).table("t").scan().column("x").to_pylist()) == xs
     assert fresh.snapshot(version="five").version == 5
+
+
+def test_a_tag_of_a_minimal_export_target_keeps_its_own_files(tmp_path: Path) -> None:
+    db = source(tmp_path / "src")
+    db.export(tmp_path / "min", mode="minimal", name="m")
+    target = mere.connect(tmp_path / "min", create=False)
+    target.table("events").append(events(range(300, 305)))
+    version = target.version
+    expected = rows(target.table("events"))
+    target.table("events").delete("id < 20 OR id >= 300")  # external and own files stop being live
+    target.tag("before", version=version)
+    _, vacuumed = cleanup(target)
+    assert vacuumed.kept_for_exports["before"]  # its own files, never the source's
+    assert all(not key.startswith("file:") for key in vacuumed.kept_for_exports["before"])
+    assert rows(target.snapshot(version="before").table("events")) == expected

@@ -620,9 +620,15 @@ def _secure(
 def _at_risk(
     latest: DatabaseState, shared: list[tuple[TableMeta, AddFile]]
 ) -> list[tuple[TableMeta, AddFile]]:
-    """The files of ``shared`` not live at ``latest`` (vacuum keeps live files anyway)."""
+    """The files of ``shared`` not live at ``latest`` (vacuum keeps live files anyway).
+
+    Files of another database (a tag of an export's target) are not at risk
+    here: this database's vacuum never deletes them.
+    """
     risky = []
     for meta, add in shared:
+        if is_external_path(add.path):
+            continue
         table = latest.tables.get(meta.id)
         if table is None or add.path not in table.files:
             risky.append((meta, add))
