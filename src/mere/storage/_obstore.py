@@ -65,7 +65,7 @@ from mere.errors import (
     ObjectNotFound,
     StorageError,
 )
-from mere.storage.base import ObjectMeta, ObjectStore, check_key, check_prefix
+from mere.storage.base import ObjectMeta, ObjectStore, arrow_owned, check_key, check_prefix
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -368,7 +368,7 @@ class ObstoreStore(ObjectStore):
             size = int(result.meta["size"])
             if size > self.whole_object_limit:
                 return size
-            return pa.py_buffer(result.bytes())
+            return arrow_owned(bytes(result.bytes()))
 
         fetched = self._run("open_input", key, fetch)
         if isinstance(fetched, int):

@@ -137,10 +137,26 @@ class ObjectStore(abc.ABC):
         The default reads the whole object into memory; backends with a
         cheaper random-access path (local files) override it.
         """
-        return pa.BufferReader(self.get(key))
+        return pa.BufferReader(arrow_owned(self.get(key)))
 
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
         """Release any resources (connections, threads) the store holds."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
+
+
+def arrow_owned(data: bytes) -> pa.Buffer:
+    """A copy of ``data`` in memory Arrow allocated, for Arrow readers to hold.
+
+    A Parquet read may drop its last reference to its source on one of
+    Arrow's threads after it returns. Releasing a buffer that wraps Python
+    bytes takes the GIL there; if the interpreter is finalizing by then,
+    CPython ends that thread with ``pthread_exit``, whose unwinding through
+    Arrow's C++ frames aborts the process ("terminate called without an
+    active exception", exit 134). An Arrow-owned buffer is released without
+    the GIL.
+    """
+    sink = pa.BufferOutputStream()
+    sink.write(data)
+    return sink.getvalue()
