@@ -248,3 +248,13 @@ def test_restore_losing_a_race_never_deletes_the_old_versions_files(tmp_path: Pa
     with pytest.raises(mere.ConflictError):
         tx.commit()
     assert keys(db.snapshot(version=v).table("t")) == [1]  # the old files are still there
+
+
+def test_renaming_a_column_renames_it_in_check_constraints(db: mere.Database) -> None:
+    with db.transaction() as tx:
+        tx.alter_table("t").add_check("positive", "v > 0 AND V < 1000")
+        tx.alter_table("t").rename_column("v", "amount")
+    with pytest.raises(mere.ConstraintViolation):
+        db.table("t").append(pa.table({"k": [3], "amount": [-1]}))
+    db.table("t").append(pa.table({"k": [3], "amount": [5]}))
+    assert keys(db.table("t")) == [1, 2, 3]

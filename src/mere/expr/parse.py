@@ -489,3 +489,20 @@ def _flip(expr: ast.In | ast.IsNull | ast.IsBool | ast.Like | ast.Distinct) -> a
     import dataclasses
 
     return dataclasses.replace(expr, negated=not expr.negated)
+
+
+def rename_in_sql(sql: str, old: str, new: str) -> str:
+    """``sql`` with every reference to column ``old`` (any case) made to ``new``.
+
+    For expressions stored with a table (CHECK constraints) when a column is
+    renamed; everything else is left as written.
+    """
+    tree = sqlglot.parse_one(sql, dialect=DIALECT)
+    key = old.casefold()
+
+    def rename(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.name.casefold() == key:
+            return exp.column(new, quoted=True)
+        return node
+
+    return str(tree.transform(rename).sql(dialect=DIALECT))

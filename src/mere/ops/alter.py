@@ -20,6 +20,7 @@ from mere.constraints import (
     resolve_primary_key,
 )
 from mere.errors import ConstraintViolation, InvalidName, SchemaMismatch
+from mere.expr.parse import rename_in_sql
 from mere.log.actions import TableMeta
 from mere.names import name_key
 from mere.txn.keys import duplicates_within, refuse_duplicates
@@ -70,6 +71,9 @@ class AlterTable:
             if key:  # the key follows the column
                 renamed = [new if name_key(c) == name_key(old) else c for c in key]
                 properties[PRIMARY_KEY_PROPERTY] = key_property(renamed)
+            for check, condition in checks(properties).items():  # and so do constraints
+                properties[CHECK_PREFIX + check] = rename_in_sql(condition, old, new)
+                compile_check(check, properties[CHECK_PREFIX + check], schema)
             return replace(meta, schema=schema, properties=properties)
 
         return self._change(rename, "RENAME COLUMN", column=old, to=new)
