@@ -15,6 +15,7 @@ from sql_helpers import rows
 import mere
 from mere.snapshot.dataset import table_dataset
 from mere.sql import SQLError, UnsupportedSQL
+from mere.sql.native import native_view
 
 NAN = float("nan")
 
@@ -172,13 +173,22 @@ def test_only_needed_columns_are_read_and_files_are_skipped(tmp_path) -> None:
 
     One file is replaced by a Parquet file whose ``blob`` cannot be read as the
     table's type, another is deleted: queries that need neither still work.
+    (The float column sends the table through the pyarrow dataset, which opens
+    only the files it reads; DuckDB's own reader opens every footer.)
     """
     db = mere.connect(tmp_path / "db")
-    schema = pa.schema([("id", pa.int64()), ("day", pa.string()), ("blob", pa.string())])
+    schema = pa.schema(
+        [("id", pa.int64()), ("day", pa.string()), ("blob", pa.string()), ("w", pa.float64())]
+    )
     db.create_table("t", schema, partition_by=["day"])
     for day in range(4):
         ids = list(range(day * 1000, day * 1000 + 1000))
-        db.table("t").append(pa.table({"id": ids, "day": [f"d{day}"] * 1000, "blob": ["x"] * 1000}))
+        db.table("t").append(
+            pa.table(
+                {"id": ids, "day": [f"d{day}"] * 1000, "blob": ["x"] * 1000, "w": [1.0] * 1000}
+            )
+        )
+    assert native_view(db.store, db.snapshot().table("t").meta, []) is None
     snap = db.snapshot().table("t")
     by_day = {
         f.partition_values["day"]: tmp_path / "db" / "tables" / snap.id / f.path for f in snap.files
@@ -290,3 +300,33 @@ def test_a_transaction_reads_its_own_writes_and_records_the_read(
     db.table("orders").append([{"id": 8, "country": "DE", "amount": 2.0}])  # concurrent
     with pytest.raises(mere.ConcurrentAppend):
         tx.commit()
+
+
+def test_local_tables_without_floats_are_read_by_duckdbs_own_parquet_reader(tmp_path) -> None:
+    db = mere.connect(tmp_path / "db")
+    db.sql("CREATE TABLE t (id BIGINT, d DATE, s VARCHAR, n DECIMAL(9, 2)) PARTITIONED BY (s)")
+    db.sql("INSERT INTO t VALUES (1, DATE '2024-01-01', 'a''b', 1.50), (2, NULL, NULL, NULL)")
+    db.sql("ALTER TABLE t RENAME COLUMN n TO amount")
+    snap = db.snapshot().table("t")
+    view = native_view(db.store, snap.meta, snap.files)
+    assert view is not None and "read_parquet" in view and "UNION ALL" in view
+    assert rows(db.sql("SELECT * FROM t")) == rows(snap.scan())
+    assert db.sql("SELECT id FROM t WHERE s IS NULL").column(0).to_pylist() == [2]
+    db.sql("ALTER TABLE t ADD COLUMN extra INT")  # old files lack it: read through pyarrow
+    db.sql("INSERT INTO t VALUES (3, NULL, 'c', 2.00, 7)")
+    snap = db.snapshot().table("t")
+    assert native_view(db.store, snap.meta, snap.files) is None
+    assert rows(db.sql("SELECT * FROM t")) == rows(snap.scan())
+
+
+def test_a_widened_column_reads_through_duckdbs_reader(tmp_path) -> None:
+    db = mere.connect(tmp_path / "db")
+    db.sql("CREATE TABLE t (k INTEGER, v DECIMAL(5, 1)); INSERT INTO t VALUES (1, 1.5)")
+    db.sql(
+        "ALTER TABLE t ALTER COLUMN k TYPE BIGINT; ALTER TABLE t ALTER COLUMN v TYPE DECIMAL(12, 1)"
+    )
+    db.sql("INSERT INTO t VALUES (1099511627776, 12345678901.5); INSERT INTO t VALUES (2, NULL)")
+    snap = db.snapshot().table("t")
+    assert native_view(db.store, snap.meta, snap.files) is not None
+    assert rows(db.sql("SELECT * FROM t")) == rows(snap.scan())
+    assert db.sql("SELECT sum(k) AS s FROM t").column(0).to_pylist() == [1099511627779]

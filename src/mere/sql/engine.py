@@ -8,8 +8,9 @@ read and files are skipped by partition values and statistics. Renamed
 columns are renamed back in a view; DuckDB pushes through it.
 
 The DuckDB database may not touch the file system (``enable_external_access``
-is off: ``read_csv``, ``COPY``, ``ATTACH`` fail) nor pick up Python variables
-by name (``python_enable_replacements`` is off).
+is off: ``read_csv``, ``COPY``, ``ATTACH`` fail), except, for a local store,
+the files under its root, nor pick up Python variables by name
+(``python_enable_replacements`` is off).
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ from mere.log.actions import AddFile, TableMeta
 from mere.schema import physical_name
 from mere.snapshot.dataset import has_renamed_columns, physical_dataset
 from mere.sql.errors import SQLError
+from mere.sql.native import native_view
 from mere.sql.script import quote_identifier, tokenize
 from mere.storage.base import ObjectStore
+from mere.storage.local import LocalStore
 
 _LOCK = threading.Lock()
-_ROOT: tuple[int, Any] | None = None  # (pid, connection): a forked child makes its own
+#: One DuckDB database per local store root (and one for every other store), by root;
+#: (pid, connection): a forked child makes its own.
+_ROOTS: dict[str | None, tuple[int, Any]] = {}
 _NAMES = itertools.count()
 #: DuckDB statement types a query may be.
 QUERY_TYPES = ("SELECT", "EXPLAIN")
@@ -55,20 +60,30 @@ def import_duckdb() -> ModuleType:
     return duckdb
 
 
-def cursor() -> Any:
-    """A fresh DuckDB connection on the process's shared in-memory database."""
-    global _ROOT
+def cursor(store: ObjectStore | None = None) -> Any:
+    """A fresh DuckDB connection on a shared in-memory database of this process.
+
+    For a :class:`LocalStore` the database may read files under the store's
+    root (``allowed_directories``), and nothing else: DuckDB's own Parquet
+    reader then reads the tables (:mod:`mere.sql.native`). Every other
+    database may touch no file at all.
+    """
     duckdb = import_duckdb()
+    root = os.path.join(store.root, "") if isinstance(store, LocalStore) else None
     with _LOCK:
-        if _ROOT is None or _ROOT[0] != os.getpid():
-            root = duckdb.connect(
-                config={
-                    "enable_external_access": False,
-                    "python_enable_replacements": False,
-                }
-            )
-            _ROOT = (os.getpid(), root)
-        return _ROOT[1].cursor()
+        found = _ROOTS.get(root)
+        if found is None or found[0] != os.getpid():
+            con = duckdb.connect(config={"python_enable_replacements": False})
+            if root is not None:
+                con.execute(f"SET allowed_directories = [{_string(root)}]")
+            con.execute("SET enable_external_access = false")
+            con.execute("SET parquet_metadata_cache = true")
+            found = _ROOTS[root] = (os.getpid(), con)
+        return found[1].cursor()
+
+
+def _string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def duckdb_errors() -> tuple[type[BaseException], ...]:
@@ -78,7 +93,17 @@ def duckdb_errors() -> tuple[type[BaseException], ...]:
 def register(
     con: Any, name: str, store: ObjectStore, meta: TableMeta, files: Sequence[AddFile]
 ) -> None:
-    """Make the table visible to queries on ``con`` as ``name`` (with its own column names)."""
+    """Make the table visible to queries on ``con`` as ``name`` (with its own column names).
+
+    A local table becomes a view over DuckDB's Parquet reader where that reads
+    exactly what ``scan()`` reads (:func:`mere.sql.native.native_view`);
+    anything else a pyarrow dataset of its live files.
+    """
+    if isinstance(store, LocalStore):
+        view = native_view(store, meta, files)
+        if view is not None:
+            execute(con, f"CREATE TEMP VIEW {quote_identifier(name)} AS {view}", None)
+            return
     dataset = physical_dataset(store, meta, files)
     if not has_renamed_columns(meta):
         con.register(name, dataset)

@@ -28,7 +28,7 @@ Params = Sequence[Any] | Mapping[str, Any] | None
 @contextmanager
 def connection(catalog: Catalog, text: str, travels: Sequence[TimeTravel] = ()) -> Iterator[Any]:
     """A DuckDB cursor on which every table ``text`` names is registered."""
-    con = engine.cursor()
+    con = engine.cursor(catalog.store)
     try:
         register_tables(con, catalog, text, travels)
         yield con
@@ -72,7 +72,7 @@ def run_query(catalog: Catalog, statement: Statement) -> pa.Table:
         VersionNotFound: a time-travel reference names a version that does not exist.
     """
     text, travels = rewrite_time_travel(statement)
-    con = engine.cursor()
+    con = engine.cursor(catalog.store)
     try:
         kind = engine.statement_type(con, text)
         if kind not in engine.QUERY_TYPES:

@@ -222,7 +222,7 @@ def insert(
     name = table_name(target, "INSERT")
     table = tx.table(name)
     text = _retarget_insert(statement)
-    con = engine.cursor()
+    con = engine.cursor(catalog.store)
     try:
         scratch = pa.schema([pa.field(f.name, f.type) for f in table.schema])
         con.register("__mere_target_type", scratch.empty_table())
