@@ -143,6 +143,7 @@ def test_statistics_are_recorded_per_file(db: mere.Database) -> None:
         "minValues": {"id": 1, "country": "a", "amount": -2.0, "day": "2024-01-01"},
         "maxValues": {"id": 9, "country": "b", "amount": 1.5, "day": "2024-01-03"},
         "nullCount": {"id": 0, "country": 1, "amount": 1, "day": 1},
+        "nanCount": {"amount": 0},  # floating-point columns only
     }
 
 

@@ -12,6 +12,7 @@ here and infinity in DuckDB, so DuckDB gets ``x / NULLIF(y, 0)``.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import random
 from decimal import Decimal
 
@@ -65,7 +66,11 @@ def make_table(seed: int, rows: int = 40) -> pa.Table:
         "rid": list(range(rows)),
         "i": column(lambda: rng.randint(-12, 12)),
         "j": column(lambda: rng.randint(-4, 4)),
-        "f": column(lambda: rng.choice([-2.5, -1.0, -0.0, 0.0, 0.5, 1.0, 3.25, 10.0, 1e-3])),
+        "f": column(
+            lambda: rng.choice(
+                [-2.5, -1.0, -0.0, 0.0, 0.5, 1.0, 3.25, 10.0, 1e-3, math.nan, math.inf, -math.inf]
+            )
+        ),
         "d": column(lambda: Decimal(rng.randint(-40, 40)) / 4),
         "s": column(lambda: "".join(rng.choice(CHARS) for _ in range(rng.randint(0, 4)))),
         "b": column(lambda: rng.random() < 0.5),
@@ -109,7 +114,9 @@ def sql_string(text: str) -> str:
 
 int_literals = st.integers(-13, 13).map(lambda v: same(str(v)))
 dec_literals = st.sampled_from(["1.5", "-0.25", "2.75", "0.00", "10.01", "3.3", "-2.5"]).map(same)
-float_literals = st.sampled_from(["1e1", "2.5e0", "-1E0"]).map(same)
+float_literals = st.sampled_from(
+    ["1e1", "2.5e0", "-1E0", "CAST('NaN' AS DOUBLE)", "'inf'::DOUBLE", "'-inf'::DOUBLE"]
+).map(same)
 num_literals = st.one_of(int_literals, dec_literals, float_literals)
 int_columns = st.sampled_from(["i", "j", '"Odd Col"']).map(same)
 num_columns = st.one_of(int_columns, st.sampled_from(["f", "d"]).map(same))
@@ -156,7 +163,23 @@ num_exprs = st.one_of(
         st.sampled_from(["i", "j", "f", "2", "0"]).map(same),
     ).map(_divide),
     st.sampled_from(
-        ["d % 2", "CAST(i AS DOUBLE)", "CAST(j AS DECIMAL(10, 2))", "-d", "abs(f)"]
+        [
+            "d % 2",
+            "CAST(i AS DOUBLE)",
+            "CAST(j AS DECIMAL(10, 2))",
+            "-d",
+            "abs(f)",
+            "CAST(d AS INTEGER)",
+            "CAST(d AS DECIMAL(4, 1))",
+            "CAST(d * 2 AS BIGINT)",
+            "CAST(CAST(d AS DOUBLE) * 2 AS BIGINT)",
+            "year(day)",
+            "month(ts)",
+            "day(tz)",
+            "hour(ts)",
+            "quarter(day)",
+            "length(trim(s))",
+        ]
     ).map(same),
 )
 
@@ -171,6 +194,10 @@ str_exprs = st.one_of(
             "substring(s, 2, 2)",
             "substring(s, 1)",
             "coalesce(s, '')",
+            "trim(s)",
+            "ltrim(s)",
+            "rtrim(s)",
+            "trim(s, 'a')",
         ]
     ).map(same),
     strings,
@@ -189,6 +216,7 @@ ts_texts = st.builds(
     st.sampled_from([0, 1]),
 )
 comparisons = st.sampled_from(["=", "!=", "<>", "<", "<=", ">", ">="])
+distinct_words = st.sampled_from(["IS DISTINCT FROM", "IS NOT DISTINCT FROM"])
 
 
 def _compare(parts: tuple[Pair, str, Pair]) -> Pair:
@@ -227,6 +255,24 @@ temporal = st.one_of(
     st.tuples(
         st.just(same("ts")), date_literals.map(same), date_literals.map(same), st.booleans()
     ).map(_between),
+    st.tuples(
+        st.sampled_from(
+            [
+                "date_trunc('month', ts)",
+                "date_trunc('day', day)",
+                "date_trunc('hour', ts)",
+                "date_trunc('week', day)",
+                "date_trunc('minute', ts)",
+            ]
+        ).map(same),
+        comparisons,
+        ts_texts.map(lambda t: same("TIMESTAMP " + sql_string(t))),
+    ).map(_compare),
+    st.tuples(
+        st.just(same("date_trunc('day', tz)")),
+        comparisons,
+        ts_texts.map(sql_string).map(same),
+    ).map(_compare),
 )
 
 leaves = st.one_of(
@@ -258,8 +304,19 @@ leaves = st.one_of(
         st.sampled_from(["LIKE", "NOT LIKE", "ILIKE", "NOT ILIKE"]),
         patterns,
     ).map(lambda p: same(f"{p[0]} {p[1]} {sql_string(p[2])}")),
+    st.tuples(num_exprs, distinct_words, st.one_of(num_exprs, st.just(same("NULL")))).map(_compare),
+    st.tuples(str_exprs, distinct_words, st.one_of(str_exprs, st.just(same("NULL")))).map(_compare),
     st.sampled_from(
         [
+            "isnan(f)",
+            "NOT isnan(f)",
+            "isinf(f)",
+            "isfinite(f)",
+            "isnan(i)",
+            "starts_with(s, 'a')",
+            "starts_with(s, '')",
+            "ends_with(s, 'b')",
+            "contains(s, '%')",
             "b",
             "NOT b",
             "b = TRUE",

@@ -673,7 +673,9 @@ def check_delta(
 #: exported min/max leave NaN out. Not decimals, booleans and timestamps without a
 #: zone: export_delta writes no min/max for them, and deltalake then assumes
 #: ``col >= NULL`` and skips every file.
-DELTA_PUSHDOWN_COLUMNS = {"k", "p", "i64", "i32", "n", "s", "d", "tz"}
+#: Nor ``tz``: its values include year 1, which export_delta spells "1-01-01T..."
+#: (strftime's %Y does not pad on Linux); deltalake reads that as NULL.
+DELTA_PUSHDOWN_COLUMNS = {"k", "p", "i64", "i32", "n", "s", "d"}
 
 
 @settings(
@@ -729,3 +731,20 @@ def test_deltalake_pushdown_without_statistics(tmp_path: Path, delta_reader: Del
     db.table("t").export_delta(tmp_path / "delta")
     reply = delta_reader.read(tmp_path / "delta", tmp_path / "delta.arrow", ["dec = 1.5"])
     assert reply.get("filtered") == {"dec = 1.5": [0]}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="export_delta writes the timestamp statistic of year 1 as '1-01-01T00:00:00.000Z' "
+    "(strftime's %Y does not pad); deltalake reads it as NULL and skips the file "
+    "(maintain/delta.py should format with isoformat)",
+)
+def test_deltalake_pushdown_of_early_timestamps(tmp_path: Path, delta_reader: DeltaReader) -> None:
+    row = {**dict.fromkeys(VALUES), "tz": dt.datetime(1, 1, 1, tzinfo=UTC)}
+    db = mere.connect(tmp_path / "db")
+    db.create_table("t", SCHEMA, partition_by=[PARTITION])
+    db.table("t").append(make_table([row]))
+    db.table("t").export_delta(tmp_path / "delta")
+    sql = "tz < TIMESTAMPTZ '2024-03-01 00:00:00+00'"
+    reply = delta_reader.read(tmp_path / "delta", tmp_path / "delta.arrow", [sql])
+    assert reply.get("filtered") == {sql: [0]}

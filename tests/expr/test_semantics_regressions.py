@@ -22,7 +22,16 @@ import pytest
 import mere
 from mere.data import writer
 from mere.errors import InvalidExpression
-from mere.expr import ColumnRange, bind, evaluate, may_match, must_match, parse, to_arrow
+from mere.expr import (
+    ColumnRange,
+    bind,
+    evaluate,
+    may_match,
+    must_match,
+    parse,
+    to_arrow,
+    to_sql,
+)
 from mere.snapshot.scan import plan_scan
 
 NAN = float("nan")
@@ -353,3 +362,65 @@ def test_scan_columns_match_names_ignoring_case_like_filters(tmp_path: Path):
     assert t.scan_batches(columns=["F"]).read_all().column_names == ["f"]
     with pytest.raises(mere.SchemaMismatch, match="unknown column"):
         t.scan(columns=["nope"])
+
+
+# --- the new syntax parses, prints and re-parses ------------------------------------------
+
+SYNTAX_SCHEMA = pa.schema(
+    [("f", pa.float64()), ("s", pa.string()), ("day", pa.date32()), ("ts", pa.timestamp("us"))]
+)
+
+
+@pytest.mark.parametrize(
+    ("sql", "canonical"),
+    [
+        ("f IS DISTINCT FROM 1.5", "f IS DISTINCT FROM 1.5"),
+        ("f IS NOT DISTINCT FROM NULL", "f IS NOT DISTINCT FROM NULL"),
+        ("f <=> 2", "f IS NOT DISTINCT FROM 2"),
+        ("NOT (f IS DISTINCT FROM 2)", "f IS NOT DISTINCT FROM 2"),
+        ("isnan(f)", "isnan(f)"),
+        ("isinf(f) OR isfinite(f)", "isinf(f) OR isfinite(f)"),
+        ("year(day) = 2024", "year(day) = 2024"),
+        ("EXTRACT(month FROM ts) = 2", "month(ts) = 2"),
+        ("date_part('day', ts) = 2", "day(ts) = 2"),
+        ("dayofmonth(ts) = 2", "day(ts) = 2"),
+        (
+            "date_trunc('MONTH', ts) = DATE '2024-01-01'",
+            "date_trunc('month', ts) = DATE '2024-01-01'",
+        ),
+        ("date_trunc('week', day) > ts", "date_trunc('week', day) > ts"),
+        ("trim(s) = 'a'", "trim(s) = 'a'"),
+        ("TRIM(LEADING FROM s) = 'a'", "ltrim(s) = 'a'"),
+        ("rtrim(s, 'xy') = 'a'", "rtrim(s, 'xy') = 'a'"),
+        ("substr(s, 2, 1) = 'a'", "substring(s, 2, 1) = 'a'"),
+        ("starts_with(s, 'a')", "starts_with(s, 'a')"),
+        ("s ^@ 'a'", "starts_with(s, 'a')"),
+        ("prefix(s, 'a') AND suffix(s, 'b')", "starts_with(s, 'a') AND ends_with(s, 'b')"),
+        ("contains(s, 'a%')", "contains(s, 'a%')"),
+    ],
+)
+def test_new_syntax_round_trips(sql, canonical):
+    tree = parse(sql)
+    assert to_sql(tree) == canonical
+    assert parse(to_sql(tree)) == tree
+    bound = bind(tree, SYNTAX_SCHEMA)
+    assert bind(parse(to_sql(bound)), SYNTAX_SCHEMA) == bound
+
+
+@pytest.mark.parametrize(
+    ("sql", "fragment"),
+    [
+        ("date_trunc('fortnight', ts) = ts", "unit"),
+        ("date_part('epoch', ts) = 1", "date part"),
+        ("year(s) = 2024", "needs a date or timestamp"),
+        ("isnan(s)", "needs numbers"),
+        ("starts_with(s, s)", "string literal"),
+        ("trim(s, s) = 'a'", "string literal"),
+        ("isnan(f, f)", "argument"),
+        ("f IS DISTINCT FROM s", "cannot compare"),
+    ],
+)
+def test_new_syntax_errors(sql, fragment):
+    with pytest.raises(InvalidExpression) as info:
+        bind(parse(sql), SYNTAX_SCHEMA)
+    assert fragment in str(info.value)
