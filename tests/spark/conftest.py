@@ -50,4 +50,7 @@ def spark() -> Iterator[SparkSession]:
 
 @pytest.fixture
 def uri(tmp_path: Path) -> str:
-    return str(tmp_path / "db")
+    """An empty database (Spark writes never create one)."""
+    path = tmp_path / "db"
+    mere.connect(path).close()
+    return str(path)

@@ -82,3 +82,6 @@ def test_streaming_data_source_restart_is_exactly_once(spark, uri, tmp_path):
     assert db.version == version
     assert db.table("events").scan().num_rows == 10
     assert db.snapshot().app_version("events-stream") == 0
+    table = db.snapshot().table("events")
+    on_disk = {p for p in Path(uri, "tables").rglob("*") if p.is_file()}
+    assert on_disk == {Path(uri, table.meta.prefix, a.path) for a in table.files}

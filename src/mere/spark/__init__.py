@@ -125,7 +125,8 @@ def read(
     if method not in ("auto", "native", "datasource"):
         raise ValueError(f"method must be 'auto', 'native' or 'datasource', not {method!r}")
     if method == "auto":
-        snapshot = connect(location, create=False).snapshot(version=version, timestamp=timestamp)
+        with connect(location, create=False) as db:
+            snapshot = db.snapshot(version=version, timestamp=timestamp)
         readable = native_read_refusal(snapshot.table(table).schema) is None
         method = "native" if readable else "datasource"
         # Both reads then take the version just resolved (a commit meanwhile changes nothing).

@@ -4,15 +4,27 @@ Executors never commit. A write task turns the batches Spark hands it into
 Parquet data files under the table's prefix, with mere's layout and
 statistics (:class:`~mere.data.writer.DataFileWriter`), and reports them as
 :class:`~mere.log.actions.AddFile` actions; the driver publishes them in one
-commit. A task that fails deletes the files it wrote before re-raising, so
-only files of finished tasks are left for the driver to clean up.
+commit. A task that fails deletes the files it wrote before re-raising.
+
+Spark reports a job failed as soon as one task fails, while its other tasks
+may still be writing; their reports never reach the driver. So each write
+job has a location of its own (:class:`JobLocation`) where its tasks record
+every data file before uploading it, and the driver ends the job there
+(:func:`end_job`): it marks the job ended, which a task still running
+checks before it finishes (finding the mark, it deletes its files), waits a
+bounded time for the tasks still running, and deletes every recorded file
+it does not publish.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -29,7 +41,7 @@ from mere.ops.rewrite import match_mask
 from mere.schema import conform
 from mere.spark._core import iter_row_groups
 from mere.spark._types import to_spark_batches
-from mere.storage import ObjectStore, open_store
+from mere.storage import LocalStore, ObjectMeta, ObjectStore, open_store
 
 log = logging.getLogger("mere.spark")
 
@@ -37,6 +49,61 @@ log = logging.getLogger("mere.spark")
 #: Arrow memory before being conformed and written, so that row groups are large
 #: and per-batch costs (schema checks, partition splits, statistics) stay small.
 BUFFER_BYTES = 32 * 1024 * 1024
+
+#: A Spark write job's location is ``<table prefix>_spark-<job id>/`` (format §6).
+JOB_LOCATION_PREFIX = "_spark-"
+#: How long ending a failed job waits, at most, for its tasks still running to stop.
+#: Spark kills the Python workers of a failed job's tasks within seconds
+#: (``spark.python.task.killTimeout``, 2 s by default, after it notices the kill).
+STRAGGLER_WAIT_SECONDS = 30.0
+_PENDING = ".pending"
+
+
+class JobEnded(MereError):
+    """A write task found its job over (another task failed): it deleted its own files."""
+
+
+@dataclass(frozen=True)
+class JobLocation:
+    """The location of one Spark write job under its table: ``<table prefix>_spark-<id>/``.
+
+    Data files are written in mere's layout (format §6), not here: the job's
+    location records what its tasks do, so that whoever ends the job (the
+    driver: a commit or an abort) can delete every file the job does not
+    publish, those of tasks still running when Spark reported the job
+    failed included. It holds
+
+    * ``files/<data path>.pending``: put by a task before it uploads that data file;
+    * ``tasks/<attempt>``: a task attempt writing (put when it starts, deleted when it ends);
+    * ``ended``: the job is over. A task checks for it before it starts and after
+      its last upload; finding it, the task deletes every file it uploaded and fails.
+
+    The driver's side and the tasks must hold the same location: the data
+    source pickles one writer for both, and :func:`~mere.spark._write.run_write_job`
+    sends its own to its tasks. (A streaming sink's commits get a writer
+    planned anew, which cannot know its tasks' location: streams go without.)
+    """
+
+    prefix: str
+
+    @classmethod
+    def new(cls, table: TableMeta) -> JobLocation:
+        return cls(f"{table.prefix}{JOB_LOCATION_PREFIX}{secrets.token_hex(8)}/")
+
+    @property
+    def ended(self) -> str:
+        return self.prefix + "ended"
+
+    @property
+    def files(self) -> str:
+        return self.prefix + "files/"
+
+    @property
+    def tasks(self) -> str:
+        return self.prefix + "tasks/"
+
+    def file_marker(self, path: str) -> str:
+        return f"{self.files}{path}{_PENDING}"
 
 
 @dataclass(frozen=True)
@@ -48,6 +115,9 @@ class WriteTarget:
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE
     #: With ``replaceWhere``: every written row must satisfy this condition.
     replace_where: str | None = None
+    #: Where the job's tasks record their files (None: not recorded; the driver
+    #: then knows only the files of the tasks that reported them).
+    job: JobLocation | None = None
 
 
 def add_to_json(add: AddFile) -> str:
@@ -76,6 +146,146 @@ def delete_files(store: ObjectStore, table: TableMeta, paths: Iterable[str]) -> 
             store.delete(table.prefix + path)
         except MereError as exc:
             log.warning("could not delete %s%s: %s", table.prefix, path, exc)
+
+
+class _RecordingStore(ObjectStore):
+    """The store as a task of a job writes to it: each data file is recorded before its upload."""
+
+    def __init__(self, inner: ObjectStore, table: TableMeta, job: JobLocation) -> None:
+        self.inner = inner
+        self.table = table
+        self.job = job
+        self.uri = inner.uri
+        self.concurrent_reads = inner.concurrent_reads
+
+    def put_if_absent(self, key: str, data: bytes | memoryview | pa.Buffer) -> None:
+        if key.startswith(self.table.prefix):
+            self.inner.put(self.job.file_marker(key[len(self.table.prefix) :]), b"")
+        self.inner.put_if_absent(key, data)
+
+    def put(self, key: str, data: bytes | memoryview | pa.Buffer) -> None:
+        self.inner.put(key, data)
+
+    def get(self, key: str) -> bytes:
+        return self.inner.get(key)
+
+    def head(self, key: str) -> ObjectMeta:
+        return self.inner.head(key)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)
+
+    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectMeta]:
+        return self.inner.list(prefix, start_after)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def open_input(self, key: str) -> pa.NativeFile:
+        return self.inner.open_input(key)
+
+
+class _JobTask:
+    """A task attempt of a job: registered in the job's location while it writes."""
+
+    def __init__(self, store: ObjectStore, job: JobLocation) -> None:
+        self.store = store
+        self.job = job
+        self.key = f"{job.tasks}{secrets.token_hex(8)}"
+        info = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+        store.put(self.key, json.dumps(info).encode())
+
+    def check_running(self) -> None:
+        """Raise JobEnded if the job is over (the caller then deletes its files)."""
+        if self.store.exists(self.job.ended):
+            raise JobEnded(
+                "the Spark job this task writes for has ended (another task failed, or "
+                "the job was committed without this attempt): its files are deleted"
+            )
+
+    def leave(self) -> None:
+        try:
+            self.store.delete(self.key)
+        except MereError as exc:
+            log.warning("could not delete %s: %s", self.key, exc)
+
+
+def _recorded_files(store: ObjectStore, job: JobLocation) -> list[tuple[str, str]]:
+    """``(data path, marker key)`` of every file the job's tasks recorded."""
+    found = []
+    for meta in store.list(job.files):
+        if meta.key.endswith(_PENDING):
+            found.append((meta.key[len(job.files) : -len(_PENDING)], meta.key))
+    return found
+
+
+def _running_tasks(store: ObjectStore, job: JobLocation) -> list[str]:
+    return [meta.key for meta in store.list(job.tasks)]
+
+
+def _delete_recorded(
+    store: ObjectStore, table: TableMeta, job: JobLocation, keep: Collection[str]
+) -> None:
+    for path, marker in _recorded_files(store, job):
+        if path not in keep:
+            store.delete(table.prefix + path)
+            store.delete(marker)
+
+
+def end_job(
+    store: ObjectStore,
+    table: TableMeta,
+    job: JobLocation,
+    keep: Collection[str] = (),
+    *,
+    wait_seconds: float = 0.0,
+) -> None:
+    """End a write job: delete every file its tasks recorded but ``keep``, then its location.
+
+    First the job is marked ended, so that a task still running deletes its
+    own files instead of finishing. With ``wait_seconds`` (a failed job:
+    Spark reports the failure while other tasks may still write), the tasks
+    still registered are waited for that long at most, and what they
+    recorded meanwhile is deleted too. The location is then removed; if a
+    task is still registered, the ended mark stays for it (and its records:
+    orphans that vacuum reclaims). Best effort: a storage error is logged,
+    never raised (the job's outcome is settled; leftovers are orphans).
+    """
+    try:
+        store.put(job.ended, b"")
+        _delete_recorded(store, table, job, keep)
+        running = _running_tasks(store, job)
+        deadline = time.monotonic() + wait_seconds
+        pause = 0.02
+        while running and time.monotonic() < deadline:
+            time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.5)
+            running = _running_tasks(store, job)
+        _delete_recorded(store, table, job, keep)
+        if running:
+            log.warning(
+                "%d task(s) of the Spark job at %s still run: they delete their own files",
+                len(running),
+                job.prefix,
+            )
+            return
+        for meta in list(store.list(job.prefix)):
+            if meta.key != job.ended:
+                store.delete(meta.key)
+        store.delete(job.ended)
+        if isinstance(store, LocalStore):
+            _remove_empty_directories(os.path.join(store.root, *job.prefix.strip("/").split("/")))
+    except MereError as exc:
+        log.warning("could not clean up the Spark job at %s: %s", job.prefix, exc)
+
+
+def _remove_empty_directories(top: str) -> None:
+    """Remove ``top`` and the directories under it that are empty (a local job location)."""
+    for dirpath, _, _ in sorted(os.walk(top), key=lambda w: len(w[0]), reverse=True):
+        try:
+            os.rmdir(dirpath)
+        except OSError:
+            pass
 
 
 class _Writer:
@@ -128,8 +338,30 @@ def write_batches(target: WriteTarget, batches: Iterable[pa.RecordBatch]) -> lis
     Parquet encoding (which releases the GIL) overlap instead of taking
     turns. On any failure the files this task wrote are deleted before the
     error propagates.
+
+    With ``target.job``, the task registers in the job's location, records
+    each file there before uploading it, and before it returns checks that
+    the job has not ended (see :class:`JobLocation`).
     """
-    writer = _Writer(target, open_store(target.uri))
+    store = open_store(target.uri)
+    job = target.job
+    if job is None:
+        return _write_task(target, store, batches, None)
+    task = _JobTask(store, job)
+    try:
+        task.check_running()
+        return _write_task(target, _RecordingStore(store, target.table, job), batches, task)
+    finally:
+        task.leave()
+
+
+def _write_task(
+    target: WriteTarget,
+    store: ObjectStore,
+    batches: Iterable[pa.RecordBatch],
+    task: _JobTask | None,
+) -> list[AddFile]:
+    writer = _Writer(target, store)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mere-write") as encoder:
         in_flight: Future[None] | None = None
         try:
@@ -149,7 +381,10 @@ def write_batches(target: WriteTarget, batches: Iterable[pa.RecordBatch]) -> lis
                 in_flight.result()
             in_flight = None
             writer.write_batches(pending)
-            return writer.finish()
+            adds = writer.finish()
+            if task is not None:
+                task.check_running()  # after the last upload: see JobLocation
+            return adds
         except BaseException:
             if in_flight is not None:
                 wait([in_flight])  # nothing may still be uploading while the files are deleted

@@ -6,8 +6,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from mere.database import connect
-from mere.spark._write import Mode, check_uri, write
+from mere.spark._write import Mode, check_uri, open_database, write
 from mere.txn.transaction import DEFAULT_ISOLATION, Isolation
 
 if TYPE_CHECKING:
@@ -36,13 +35,14 @@ def foreach_batch(
             .start())
 
     Use one ``app_id`` per checkpoint location: batch ids restart at 0 with a
-    new checkpoint, and would all be skipped under the old id.
+    new checkpoint, and would all be skipped under the old id. The database
+    must exist (each batch raises ``DatabaseNotFound`` otherwise); a missing
+    table is created by the first batch.
     """
     location = check_uri(os.fspath(uri))
 
     def write_batch(df: DataFrame, batch_id: int) -> None:
-        db = connect(location)
-        with db.transaction(isolation) as tx:
+        with open_database(location) as db, db.transaction(isolation) as tx:
             write(
                 tx,
                 df,

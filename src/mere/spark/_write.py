@@ -4,9 +4,13 @@ A write has three steps: :func:`prepare_write` (on the driver, before the
 job: find or plan the table, validate options), the executors' tasks
 (:func:`mere.spark._files.write_batches`), and :func:`commit_write` (on the
 driver: one mere transaction that publishes the files) or
-:func:`abort_write` (delete the files, unless the commit landed).
-:func:`write` does all three inside a caller's transaction, so several
-DataFrames can be written to several tables in one atomic commit.
+:func:`abort_write` (delete the files, unless the commit landed). Each job
+has a location of its own under the table where its tasks record their
+files (:class:`mere.spark._files.JobLocation`): ending the job there also
+deletes the files of tasks that were still running when Spark reported
+the job failed. :func:`write` does all three inside a caller's
+transaction, so several DataFrames can be written to several tables in one
+atomic commit.
 """
 
 from __future__ import annotations
@@ -20,18 +24,26 @@ import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.types import StructType
 
-from mere.database import connect
-from mere.errors import ConcurrentMetadataChange, ConcurrentTransaction, SchemaMismatch
+from mere.database import Database, connect
+from mere.errors import (
+    ConcurrentMetadataChange,
+    ConcurrentTransaction,
+    DatabaseNotFound,
+    SchemaMismatch,
+)
 from mere.log.actions import ISOLATION_LEVELS, AddFile, TableMeta
 from mere.names import check_table_name
 from mere.schema import conform, merge_schema
 from mere.spark import _core
 from mere.spark._files import (
+    STRAGGLER_WAIT_SECONDS,
+    JobLocation,
     WriteTarget,
     add_from_json,
     add_to_json,
     check_condition,
     delete_files,
+    end_job,
     write_batches,
 )
 from mere.spark._native_write import native_write_refusal, write_natively
@@ -68,6 +80,22 @@ class WriteJob:
     #: With ``mergeSchema``: the table's schema before the write extended it
     #: (``target.table`` holds the extended one, which the commit gives the table).
     evolved_from: pa.Schema | None = None
+
+
+def open_database(uri: str) -> Database:
+    """The existing database at ``uri`` (a Spark write never creates one: a mistyped
+    URI would silently get an empty database). The caller closes it.
+
+    Raises:
+        DatabaseNotFound: there is no database at ``uri``.
+    """
+    try:
+        return connect(uri, create=False)
+    except DatabaseNotFound:
+        raise DatabaseNotFound(
+            f"no mere database at {uri!r} to write to (Spark writes never create one)",
+            help="check the URI; to start a new database, create it first with mere.connect(uri)",
+        ) from None
 
 
 def check_uri(uri: str) -> str:
@@ -152,15 +180,51 @@ def prepare_write(
     column nullable) and ``partition_by``, in the same commit as the data. With
     ``create_now`` it is created at once in a commit of its own instead: a
     streaming write plans its job in several processes, which must agree on
-    the table's id. With ``merge_schema`` an existing table is extended to
-    the DataFrame's columns (:func:`merge_dataframe_schema`) by the commit.
+    the table's id (and, for the same reason, has no job location: a failed
+    micro-batch deletes the files its tasks reported). With ``merge_schema``
+    an existing table is extended to the DataFrame's columns
+    (:func:`merge_dataframe_schema`) by the commit.
+
+    Raises:
+        DatabaseNotFound: there is no database at ``uri``.
     """
     check_uri(uri)
     check_app(app_id, app_version)
     level = check_isolation(isolation)
     if replace_where is not None and not overwrite:
         raise ValueError("replaceWhere needs mode('overwrite')")
-    db = connect(uri)
+    with open_database(uri) as db:
+        return _plan_write(
+            db,
+            name,
+            schema,
+            overwrite=overwrite,
+            replace_where=replace_where,
+            partition_by=partition_by,
+            isolation=level,
+            app_id=app_id,
+            app_version=app_version,
+            target_file_size=target_file_size,
+            create_now=create_now,
+            merge_schema=merge_schema,
+        )
+
+
+def _plan_write(
+    db: Database,
+    name: str,
+    schema: StructType,
+    *,
+    overwrite: bool,
+    replace_where: str | None,
+    partition_by: Sequence[str] | None,
+    isolation: Isolation,
+    app_id: str | None,
+    app_version: int | None,
+    target_file_size: int | None,
+    create_now: bool,
+    merge_schema: bool,
+) -> WriteJob:
     snapshot = db.snapshot()
     create = False
     evolved_from = None
@@ -195,12 +259,13 @@ def prepare_write(
             table=meta,
             target_file_size=target_file_size or db.target_file_size,
             replace_where=replace_where,
+            job=None if create_now else JobLocation.new(meta),
         ),
         name=name,
         overwrite=overwrite,
         create=create,
         base_version=snapshot.version,
-        isolation=level,
+        isolation=isolation,
         app_id=app_id,
         app_version=app_version,
         evolved_from=evolved_from,
@@ -253,9 +318,22 @@ def commit_write(job: WriteJob, adds: list[AddFile]) -> int | None:
 
     Returns None when the write was skipped because ``job.app_id`` already
     recorded ``job.app_version`` (its files are deleted). On any error the
-    files stay for :func:`abort_write`, which Spark calls next.
+    files stay for :func:`abort_write`, which Spark calls next. Once the
+    outcome is settled, the job's location is cleared (files recorded there
+    that the commit does not publish are deleted: task attempts whose
+    output Spark discarded).
     """
-    db = connect(job.target.uri)
+    with open_database(job.target.uri) as db:
+        skipped, version = _commit(db, job, adds)
+    target = job.target
+    if target.job is not None:
+        kept = [] if skipped else [a.path for a in adds]
+        end_job(open_store(target.uri), target.table, target.job, kept)
+    return None if skipped else version
+
+
+def _commit(db: Database, job: WriteJob, adds: list[AddFile]) -> tuple[bool, int | None]:
+    """Commit the job's files: (skipped as already applied, the version committed)."""
     skipped = False
     try:
         with db.transaction(job.isolation) as tx:
@@ -282,27 +360,38 @@ def commit_write(job: WriteJob, adds: list[AddFile]) -> int | None:
     if skipped:
         log.info("skipping write of %s version %s: already committed", job.app_id, job.app_version)
         delete_files(open_store(job.target.uri), job.target.table, [a.path for a in adds])
-        return None
-    return tx.commit_version
+        return True, None
+    return False, tx.commit_version
 
 
-def abort_write(job: WriteJob, adds: list[AddFile]) -> None:
+def abort_write(
+    job: WriteJob, adds: list[AddFile], *, wait_seconds: float = STRAGGLER_WAIT_SECONDS
+) -> None:
     """Delete a failed job's files, unless a commit that references them landed.
 
     Spark calls abort even when ``commit`` raised after its commit landed;
     deleting the files then would corrupt the table. When the log cannot be
-    read, nothing is deleted (vacuum reclaims true orphans).
+    read, the reported files (``adds``) are kept (vacuum reclaims true
+    orphans). Files only the job's location knows of (tasks that did not
+    report: still running, or failed) are never in a commit and are always
+    deleted; tasks still running are waited for, ``wait_seconds`` at most
+    (Spark calls abort as soon as one task failed).
     """
-    if not adds:
-        return
+    target = job.target
     paths = {a.path for a in adds}
-    landed = _core.commit_added(job.target.uri, job.target.table.id, paths, job.base_version)
-    if landed is False:
-        delete_files(open_store(job.target.uri), job.target.table, sorted(paths))
-    elif landed:
+    landed = (
+        _core.commit_added(target.uri, target.table.id, paths, job.base_version) if paths else False
+    )
+    if landed:
         log.warning("abort after a commit of %d file(s) landed: nothing deleted", len(paths))
-    else:
+    elif landed is None:
         log.warning("abort: cannot tell whether the commit landed; %d file(s) kept", len(paths))
+    kept = () if landed is False else paths
+    store = open_store(target.uri)
+    if target.job is not None:
+        end_job(store, target.table, target.job, kept, wait_seconds=wait_seconds)
+    elif landed is False:
+        delete_files(store, target.table, sorted(paths))
 
 
 # --- writes inside a caller's transaction --------------------------------------------
@@ -322,16 +411,22 @@ class _PathList(AccumulatorParam[list[str]]):
 def run_write_job(df: DataFrame, target: WriteTarget) -> list[AddFile]:
     """Write ``df`` as data files of ``target.table`` on the executors; return them.
 
-    Nothing is committed. If the job fails, the files of its finished tasks
-    are deleted (a failing task deletes its own); files of task attempts
-    whose output Spark discarded are deleted too.
+    Nothing is committed. The job gets a location of its own
+    (:class:`~mere.spark._files.JobLocation`, unless ``target`` names one).
+    If the job fails, every file its tasks wrote is deleted: those of tasks
+    still running when Spark reported the failure too (they are waited for,
+    :data:`~mere.spark._files.STRAGGLER_WAIT_SECONDS` at most, and delete
+    their own files if they finish later). Files of task attempts whose
+    output Spark discarded are deleted too.
     """
-    written = df.sparkSession.sparkContext.accumulator([], _PathList())
+    if target.job is None:
+        target = replace(target, job=JobLocation.new(target.table))
+    job = target.job
+    assert job is not None
     names = df.columns
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         adds = write_batches(target, (b.rename_columns(names) for b in batches))
-        written.add([a.path for a in adds])
         if adds:
             yield pa.RecordBatch.from_pydict({"add": [add_to_json(a) for a in adds]}, _ADD_SCHEMA)
 
@@ -342,11 +437,10 @@ def run_write_job(df: DataFrame, target: WriteTarget) -> list[AddFile]:
     try:
         rows = positional.mapInArrow(task, "add string").collect()
     except BaseException:
-        delete_files(store, target.table, written.value)
+        end_job(store, target.table, job, wait_seconds=STRAGGLER_WAIT_SECONDS)
         raise
     adds = [add_from_json(row["add"]) for row in rows]
-    kept = {a.path for a in adds}
-    delete_files(store, target.table, [p for p in written.value if p not in kept])
+    end_job(store, target.table, job, {a.path for a in adds})
     return adds
 
 

@@ -198,14 +198,14 @@ class MereDataSource(DataSource):
     def _pin(self) -> PinnedTable:
         """Choose the snapshot once; ``schema()`` and the reader then agree on it."""
         if self._pinned is None:
-            db = connect(_database(self.options), create=False)
-            version = _int_option(self.options, "versionAsOf")
-            text = _option(self.options, "timestampAsOf")
-            snapshot = db.snapshot(
-                version=version, timestamp=None if text is None else parse_timestamp(text)
-            )
-            table = _core.table_meta(snapshot.table(_table_name(self.options)))
-            self._pinned = PinnedTable(db.uri, snapshot.version, table)
+            with connect(_database(self.options), create=False) as db:
+                version = _int_option(self.options, "versionAsOf")
+                text = _option(self.options, "timestampAsOf")
+                snapshot = db.snapshot(
+                    version=version, timestamp=None if text is None else parse_timestamp(text)
+                )
+                table = _core.table_meta(snapshot.table(_table_name(self.options)))
+                self._pinned = PinnedTable(db.uri, snapshot.version, table)
         return self._pinned
 
     def schema(self) -> StructType:
@@ -272,9 +272,9 @@ class MereReader(DataSourceReader):
     def planned_files(self) -> list[AddFile]:
         """The files the pinned snapshot and the pushed filters leave to read."""
         pinned = self._pinned
-        snapshot = connect(pinned.uri, create=False).snapshot(version=pinned.version)
-        table = _core.find_table(snapshot, pinned.table.id)
-        files = [] if table is None else table.files
+        with connect(pinned.uri, create=False) as db:
+            table = _core.find_table(db.snapshot(version=pinned.version), pinned.table.id)
+            files = [] if table is None else table.files
         return plan_scan(pinned.table, [], self._condition).select(files)
 
     def partitions(self) -> list[InputPartition]:
