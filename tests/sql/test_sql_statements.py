@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import mere
-from mere.sql import SQLError, UnsupportedSQL
+from mere.sql import Session, SQLError, UnsupportedSQL
 
 SETUP = """
 CREATE TABLE customers (cid BIGINT NOT NULL, name VARCHAR, last_order DATE);
@@ -282,3 +282,20 @@ def test_a_table_made_with_sql_reads_back_in_python(db: mere.Database) -> None:
     got = db.table("t").scan()
     assert got.schema == pa.schema([("id", pa.int64()), ("v", pa.float64())])
     assert got.column("id").to_pylist() == [1, 2]
+
+
+def test_concurrent_sql_transactions_get_the_python_apis_conflicts(shop: mere.Database) -> None:
+    """Two sessions update the same row; the later commit conflicts, as with tx.table().update."""
+    first, second = Session(shop), Session(shop)
+    first.execute("BEGIN; UPDATE customers SET name = 'A1' WHERE cid = 1")
+    second.execute("BEGIN; UPDATE customers SET name = 'A2' WHERE cid = 1; COMMIT")
+    assert first.transaction is not None
+    with pytest.raises(mere.ConflictError):
+        first.execute("COMMIT")
+    assert first.transaction is None
+    assert shop.sql("SELECT name FROM customers WHERE cid = 1").column(0).to_pylist() == ["A2"]
+    # appends to another table do not conflict (write_serializable): both commit
+    first.execute("BEGIN; INSERT INTO orders VALUES (1, 1, 1, DATE '2024-01-01')")
+    second.execute("INSERT INTO orders VALUES (2, 2, 2, DATE '2024-01-01')")
+    first.execute("COMMIT")
+    assert shop.snapshot().table("orders").count() == 2
