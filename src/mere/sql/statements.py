@@ -254,7 +254,8 @@ def _retarget_insert(statement: Statement) -> str:
 
 
 def update(tx: Transaction, tree: exp.Update) -> pa.Table:
-    _refuse(tree, ("from_", "returning", "order", "limit", "with_", "options"), "UPDATE ... FROM")
+    _refuse(tree, ("from", "from_", "with", "with_", "options"), "UPDATE ... FROM / WITH")
+    _refuse(tree, ("returning", "order", "limit"), "UPDATE ... RETURNING / ORDER BY / LIMIT")
     name = table_name(tree.this, "UPDATE")
     names = {name_key(name)} | ({name_key(tree.this.alias)} if tree.this.alias else set())
     assignments: dict[str, str] = {}
@@ -271,7 +272,8 @@ def update(tx: Transaction, tree: exp.Update) -> pa.Table:
 
 
 def delete(tx: Transaction, tree: exp.Delete) -> pa.Table:
-    _refuse(tree, ("using", "returning", "order", "limit", "tables", "with_"), "DELETE ... USING")
+    _refuse(tree, ("using", "tables", "with", "with_"), "DELETE ... USING / WITH")
+    _refuse(tree, ("returning", "order", "limit"), "DELETE ... RETURNING / ORDER BY / LIMIT")
     name = table_name(tree.this, "DELETE")
     names = {name_key(name)} | ({name_key(tree.this.alias)} if tree.this.alias else set())
     where = tree.args.get("where")
