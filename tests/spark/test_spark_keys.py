@@ -1,4 +1,4 @@
-"""Primary keys hold on Spark's write paths: the data source, mere.spark.write (native and Arrow)."""
+"""Primary keys hold on Spark's write paths: the data source and mere.spark.write."""
 
 from __future__ import annotations
 
