@@ -31,7 +31,7 @@ from mere.schema import physical_name
 from mere.snapshot.dataset import has_renamed_columns, physical_dataset
 from mere.sql.errors import SQLError
 from mere.sql.native import native_view
-from mere.sql.script import quote_identifier, tokenize
+from mere.sql.script import Statement, quote_identifier, tokenize
 from mere.storage.base import ObjectStore
 from mere.storage.local import LocalStore
 
@@ -91,16 +91,26 @@ def duckdb_errors() -> tuple[type[BaseException], ...]:
 
 
 def register(
-    con: Any, name: str, store: ObjectStore, meta: TableMeta, files: Sequence[AddFile]
+    con: Any,
+    name: str,
+    store: ObjectStore,
+    meta: TableMeta,
+    files: Sequence[AddFile],
+    inline: list[tuple[str, str]] | None = None,
 ) -> None:
     """Make the table visible to queries on ``con`` as ``name`` (with its own column names).
 
     A local table becomes a view over DuckDB's Parquet reader where that reads
     exactly what ``scan()`` reads (:func:`mere.sql.native.native_view`);
-    anything else a pyarrow dataset of its live files.
+    anything else a pyarrow dataset of its live files. With ``inline``, such a
+    view is not created but appended to it as ``(name, query)``, for the caller
+    to put in the statement (:func:`with_views`): a view would be bound twice.
     """
     if isinstance(store, LocalStore):
         view = native_view(store, meta, files)
+        if view is not None and inline is not None:
+            inline.append((name, view))
+            return
         if view is not None:
             execute(con, f"CREATE TEMP VIEW {quote_identifier(name)} AS {view}", None)
             return
@@ -119,6 +129,27 @@ def register(
         f"CREATE TEMP VIEW {quote_identifier(name)} AS "
         f"SELECT {columns} FROM {quote_identifier(hidden)}"
     )
+
+
+#: Statements :func:`with_views` can put common table expressions in front of.
+INLINE_STARTS = ("SELECT", "WITH", "FROM", "(")
+
+
+def with_views(statement: Statement, views: Sequence[tuple[str, str]]) -> str:
+    """The query with ``views`` as ``NOT MATERIALIZED`` common table expressions in front.
+
+    DuckDB inlines them as it inlines views (filters and projections reach
+    the scans). ``statement`` must start with one of :data:`INLINE_STARTS`.
+    """
+    if not views:
+        return statement.text
+    ctes = ", ".join(f"{quote_identifier(n)} AS NOT MATERIALIZED ({q})" for n, q in views)
+    tokens, text = statement.tokens, statement.text
+    if tokens[0].text.upper() == "WITH":
+        at = 1 if len(tokens) < 2 or tokens[1].text.upper() != "RECURSIVE" else 2
+        cut = tokens[at].start if at < len(tokens) else len(text)
+        return text[:cut] + ctes + ", " + text[cut:]
+    return f"WITH {ctes} {text}"
 
 
 def statement_type(con: Any, text: str) -> str:

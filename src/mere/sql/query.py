@@ -9,6 +9,7 @@ parameters. Names that are no table are left for DuckDB to report.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -20,7 +21,7 @@ from mere.snapshot.state import DatabaseState
 from mere.sql import engine
 from mere.sql.catalog import Catalog
 from mere.sql.errors import UnsupportedSQL
-from mere.sql.script import Statement, TimeTravel, rewrite_time_travel
+from mere.sql.script import Statement, TimeTravel, rewrite_time_travel, tokenize
 
 Params = Sequence[Any] | Mapping[str, Any] | None
 
@@ -37,16 +38,23 @@ def connection(catalog: Catalog, text: str, travels: Sequence[TimeTravel] = ()) 
 
 
 def register_tables(
-    con: Any, catalog: Catalog, text: str, travels: Sequence[TimeTravel] = ()
+    con: Any,
+    catalog: Catalog,
+    text: str,
+    travels: Sequence[TimeTravel] = (),
+    inline: list[tuple[str, str]] | None = None,
 ) -> None:
-    """Register the tables ``text`` names, as the catalog sees them and as of time travel."""
+    """Register the tables ``text`` names, as the catalog sees them and as of time travel.
+
+    With ``inline``, views are collected there instead (see :func:`engine.register`).
+    """
     special = {t.relation for t in travels}
     for name in sorted(engine.table_names(con, text)):
         if name in special or name.startswith("__mere_"):
             continue
         relation = catalog.relation(name)
         if relation is not None:
-            engine.register(con, name, catalog.store, relation.meta, relation.files)
+            engine.register(con, name, catalog.store, relation.meta, relation.files, inline)
     states: dict[int, DatabaseState] = {}
     for travel in travels:
         history = catalog.history
@@ -59,7 +67,9 @@ def register_tables(
         table = states[version].table_by_name(travel.table)
         if table is None:
             raise TableNotFound(travel.table, version)
-        engine.register(con, travel.relation, catalog.store, table.meta, list(table.files.values()))
+        engine.register(
+            con, travel.relation, catalog.store, table.meta, list(table.files.values()), inline
+        )
 
 
 def run_query(catalog: Catalog, statement: Statement) -> pa.Table:
@@ -77,7 +87,14 @@ def run_query(catalog: Catalog, statement: Statement) -> pa.Table:
         kind = engine.statement_type(con, text)
         if kind not in engine.QUERY_TYPES:
             raise UnsupportedSQL(f"{kind} statements are not supported as queries")
-        register_tables(con, catalog, text, travels)
+        inline: list[tuple[str, str]] | None = None
+        if statement.tokens[0].text.upper() in engine.INLINE_STARTS:
+            inline = []
+        register_tables(con, catalog, text, travels, inline)
+        if inline:
+            text = engine.with_views(
+                dataclasses.replace(statement, text=text, tokens=tokenize(text)), inline
+            )
         return engine.run(con, text, statement.params)
     finally:
         con.close()
