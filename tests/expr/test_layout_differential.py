@@ -534,6 +534,9 @@ class DeltaReader:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 @pytest.fixture(scope="module")
