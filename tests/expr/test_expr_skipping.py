@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from mere.expr import ColumnRange, bind, may_match, must_match, parse, to_arrow
@@ -404,7 +404,10 @@ many_examples = settings(
 @random_files_and_predicates
 def test_may_match_is_sound(table, sql, forget, vague):
     predicate = bind(parse(sql), table.schema)
-    matching = table.filter(to_arrow(predicate)).num_rows
+    try:
+        matching = table.filter(to_arrow(predicate)).num_rows
+    except pa.ArrowInvalid:  # a cast of NaN to an integer: no rows to compare
+        reject()
     if matching:
         assert may_match(predicate, facts(table, forget, vague), table.num_rows), sql
 
@@ -496,6 +499,7 @@ def test_must_match_on_partition_values() -> None:
 def test_must_match_is_sound(table, sql, forget, vague):
     predicate = bind(parse(sql), table.schema)
     if must_match(predicate, facts(table, forget, vague), table.num_rows):
+        # Every row matches, and none fails: a delete drops such a file unread.
         assert table.filter(to_arrow(predicate)).num_rows == table.num_rows, sql
 
 
