@@ -27,7 +27,7 @@ import mere
 import mere.spark
 from mere.errors import DatabaseNotFound
 from mere.spark import _core, _write, datasource
-from mere.spark._files import JobEnded, JobLocation, WriteTarget, end_job, write_batches
+from mere.spark._files import JobEnded, WriteTarget, end_job, open_job, write_batches
 from mere.spark._write import commit_write, prepare_write
 from mere.storage import open_store
 
@@ -141,7 +141,7 @@ def test_a_successful_job_leaves_only_its_data_files(spark, uri):
 
 def _target(db: mere.Database) -> WriteTarget:
     meta = _core.table_meta(db.snapshot().table("t"))
-    return WriteTarget(db.uri, meta, job=JobLocation.new(meta))
+    return WriteTarget(db.uri, meta, job=open_job(open_store(db.uri), meta))
 
 
 def _rows(start: int) -> list[pa.RecordBatch]:
@@ -172,7 +172,7 @@ def test_a_task_finding_its_job_ended_deletes_its_files(uri):
     def rows():
         yield from _rows(0)
         ender.start()  # the job failed elsewhere; this task has not uploaded yet
-        assert _until(lambda: store.exists(job.ended))
+        assert _until(lambda: not store.exists(job.open))
 
     with pytest.raises(JobEnded):
         write_batches(target, rows())
@@ -182,14 +182,13 @@ def test_a_task_finding_its_job_ended_deletes_its_files(uri):
 
 
 def test_a_task_starting_after_its_job_ended_writes_nothing(uri):
+    """A task whose Python worker starts after the driver removed the job's location."""
     db = _table(uri)
     before = _files(uri)
     target = _target(db)
-    store = open_store(target.uri)
-    store.put(target.job.ended, b"")
+    end_job(open_store(target.uri), target.table, target.job, wait_seconds=30.0)
     with pytest.raises(JobEnded):
         write_batches(target, iter(_rows(0)))
-    store.delete(target.job.ended)
     assert _files(uri) == before
 
 
@@ -208,7 +207,7 @@ def test_ending_a_job_deletes_the_files_it_does_not_keep(uri):
 
 
 def test_ending_a_job_waits_a_bounded_time_for_a_task_that_never_ends(uri):
-    """A task killed without a word stays registered: the wait gives up, the mark stays."""
+    """A task killed without a word stays registered: the wait gives up, the location stays."""
     db = _table(uri)
     target = _target(db)
     store = open_store(target.uri)
@@ -219,7 +218,8 @@ def test_ending_a_job_waits_a_bounded_time_for_a_task_that_never_ends(uri):
     end_job(store, target.table, job, wait_seconds=0.5)
     assert 0.5 <= time.monotonic() - started < 30
     assert not any(store.exists(target.table.prefix + a.path) for a in leftover)
-    assert store.exists(job.ended)  # for the task, should it still write
+    assert not store.exists(job.open)  # the task, should it still write, deletes its files
+    assert store.exists(job.tasks + "killed")
 
 
 # --- a missing database ---------------------------------------------------------------

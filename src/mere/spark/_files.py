@@ -7,13 +7,14 @@ statistics (:class:`~mere.data.writer.DataFileWriter`), and reports them as
 commit. A task that fails deletes the files it wrote before re-raising.
 
 Spark reports a job failed as soon as one task fails, while its other tasks
-may still be writing; their reports never reach the driver. So each write
-job has a location of its own (:class:`JobLocation`) where its tasks record
-every data file before uploading it, and the driver ends the job there
-(:func:`end_job`): it marks the job ended, which a task still running
-checks before it finishes (finding the mark, it deletes its files), waits a
-bounded time for the tasks still running, and deletes every recorded file
-it does not publish.
+may still be writing (or not even started: their Python workers start
+late); their reports never reach the driver. So each write job has a
+location of its own (:class:`JobLocation`), opened by the driver before the
+job runs, where its tasks record every data file before uploading it. The
+driver ends the job there (:func:`end_job`): it closes the location, which
+a task checks when it starts and before it finishes (finding it closed, it
+deletes its files), waits a bounded time for the tasks still running, and
+deletes every recorded file it does not publish.
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ class JobEnded(MereError):
     """A write task found its job over (another task failed): it deleted its own files."""
 
 
+def open_job(store: ObjectStore, table: TableMeta) -> JobLocation:
+    """A new location for a write job of ``table``, open: its tasks may write."""
+    job = JobLocation(f"{table.prefix}{JOB_LOCATION_PREFIX}{secrets.token_hex(8)}/")
+    store.put(job.open, b"")
+    return job
+
+
 @dataclass(frozen=True)
 class JobLocation:
     """The location of one Spark write job under its table: ``<table prefix>_spark-<id>/``.
@@ -73,26 +81,27 @@ class JobLocation:
     publish, those of tasks still running when Spark reported the job
     failed included. It holds
 
+    * ``open``: put by the driver before the job runs (:func:`open_job`), deleted
+      first when the job ends. A task checks for it when it starts and after its
+      last upload; not finding it, the task deletes every file it uploaded and fails.
+      (A mark that the job *ended* would not do: a task whose Python worker
+      starts after the driver removed the location would not find it.)
     * ``files/<data path>.pending``: put by a task before it uploads that data file;
-    * ``tasks/<attempt>``: a task attempt writing (put when it starts, deleted when it ends);
-    * ``ended``: the job is over. A task checks for it before it starts and after
-      its last upload; finding it, the task deletes every file it uploaded and fails.
+    * ``tasks/<attempt>``: a task attempt writing (put when it starts, deleted when it ends).
 
     The driver's side and the tasks must hold the same location: the data
     source pickles one writer for both, and :func:`~mere.spark._write.run_write_job`
     sends its own to its tasks. (A streaming sink's commits get a writer
     planned anew, which cannot know its tasks' location: streams go without.)
+    A job that runs longer than vacuum's retention may lose its ``open`` mark,
+    as it may lose its data files: its tasks then fail instead.
     """
 
     prefix: str
 
-    @classmethod
-    def new(cls, table: TableMeta) -> JobLocation:
-        return cls(f"{table.prefix}{JOB_LOCATION_PREFIX}{secrets.token_hex(8)}/")
-
     @property
-    def ended(self) -> str:
-        return self.prefix + "ended"
+    def open(self) -> str:
+        return self.prefix + "open"
 
     @property
     def files(self) -> str:
@@ -197,7 +206,7 @@ class _JobTask:
 
     def check_running(self) -> None:
         """Raise JobEnded if the job is over (the caller then deletes its files)."""
-        if self.store.exists(self.job.ended):
+        if not self.store.exists(self.job.open):
             raise JobEnded(
                 "the Spark job this task writes for has ended (another task failed, or "
                 "the job was committed without this attempt): its files are deleted"
@@ -242,17 +251,18 @@ def end_job(
 ) -> None:
     """End a write job: delete every file its tasks recorded but ``keep``, then its location.
 
-    First the job is marked ended, so that a task still running deletes its
-    own files instead of finishing. With ``wait_seconds`` (a failed job:
-    Spark reports the failure while other tasks may still write), the tasks
-    still registered are waited for that long at most, and what they
-    recorded meanwhile is deleted too. The location is then removed; if a
-    task is still registered, the ended mark stays for it (and its records:
-    orphans that vacuum reclaims). Best effort: a storage error is logged,
-    never raised (the job's outcome is settled; leftovers are orphans).
+    First the job's location is closed, so that a task still running (or
+    starting late) deletes its own files instead of finishing. With
+    ``wait_seconds`` (a failed job: Spark reports the failure while other
+    tasks may still write), the tasks still registered are waited for that
+    long at most, and what they recorded meanwhile is deleted too. The
+    location is then removed, unless a task is still registered (its
+    records are then orphans that vacuum reclaims). Best effort: a storage
+    error is logged, never raised (the job's outcome is settled; leftovers
+    are orphans).
     """
     try:
-        store.put(job.ended, b"")
+        store.delete(job.open)
         _delete_recorded(store, table, job, keep)
         running = _running_tasks(store, job)
         deadline = time.monotonic() + wait_seconds
@@ -270,9 +280,7 @@ def end_job(
             )
             return
         for meta in list(store.list(job.prefix)):
-            if meta.key != job.ended:
-                store.delete(meta.key)
-        store.delete(job.ended)
+            store.delete(meta.key)
         if isinstance(store, LocalStore):
             _remove_empty_directories(os.path.join(store.root, *job.prefix.strip("/").split("/")))
     except MereError as exc:
@@ -340,8 +348,8 @@ def write_batches(target: WriteTarget, batches: Iterable[pa.RecordBatch]) -> lis
     error propagates.
 
     With ``target.job``, the task registers in the job's location, records
-    each file there before uploading it, and before it returns checks that
-    the job has not ended (see :class:`JobLocation`).
+    each file there before uploading it, and checks that the job is still
+    open when it starts and before it returns (see :class:`JobLocation`).
     """
     store = open_store(target.uri)
     job = target.job

@@ -37,13 +37,13 @@ from mere.schema import conform, merge_schema
 from mere.spark import _core
 from mere.spark._files import (
     STRAGGLER_WAIT_SECONDS,
-    JobLocation,
     WriteTarget,
     add_from_json,
     add_to_json,
     check_condition,
     delete_files,
     end_job,
+    open_job,
     write_batches,
 )
 from mere.spark._native_write import native_write_refusal, write_natively
@@ -259,7 +259,7 @@ def _plan_write(
             table=meta,
             target_file_size=target_file_size or db.target_file_size,
             replace_where=replace_where,
-            job=None if create_now else JobLocation.new(meta),
+            job=None if create_now else open_job(db.store, meta),
         ),
         name=name,
         overwrite=overwrite,
@@ -419,8 +419,9 @@ def run_write_job(df: DataFrame, target: WriteTarget) -> list[AddFile]:
     their own files if they finish later). Files of task attempts whose
     output Spark discarded are deleted too.
     """
+    store = open_store(target.uri)
     if target.job is None:
-        target = replace(target, job=JobLocation.new(target.table))
+        target = replace(target, job=open_job(store, target.table))
     job = target.job
     assert job is not None
     names = df.columns
@@ -430,7 +431,6 @@ def run_write_job(df: DataFrame, target: WriteTarget) -> list[AddFile]:
         if adds:
             yield pa.RecordBatch.from_pydict({"add": [add_to_json(a) for a in adds]}, _ADD_SCHEMA)
 
-    store = open_store(target.uri)
     # mapInArrow resolves columns by parsing their names ("a.b" is a field of a):
     # they travel under positional names and get theirs back in the task.
     positional = df.toDF(*[f"_{i}" for i in range(len(names))])
