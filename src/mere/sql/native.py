@@ -41,8 +41,9 @@ from mere.snapshot.dataset import local_path
 from mere.sql.script import quote_identifier
 from mere.storage.local import LocalStore
 
-#: Partition values (UNION ALL branches) above which a table is read as a dataset.
-MAX_BRANCHES = 256
+#: Partition values (UNION ALL branches) above which a table is read as a dataset:
+#: DuckDB binds every branch's ``read_parquet`` for every query (a few ms each).
+MAX_BRANCHES = 16
 _GLOB = set("*?[]{}")
 
 _SIMPLE: dict[pa.DataType, str] = {
