@@ -699,12 +699,6 @@ def test_every_path_agrees_with_duckdb(case: Case, delta_reader: DeltaReader) ->
     assert not errors, "\n".join(errors)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="export_delta writes float min/max statistics, which leave NaN out: deltalake's "
-    "DataFusion scan skips the file [5.0, NaN] for f <> 5 (maintain/delta.py should write "
-    "no min/max for floating-point columns)",
-)
 def test_deltalake_scan_keeps_nan(tmp_path: Path, delta_reader: DeltaReader) -> None:
     db = mere.connect(tmp_path / "db")
     db.create_table("t", SCHEMA, partition_by=[PARTITION])
@@ -717,15 +711,9 @@ def test_deltalake_scan_keeps_nan(tmp_path: Path, delta_reader: DeltaReader) -> 
         tmp_path / "delta", tmp_path / "delta.arrow", ["f <> 5", "isnan(f)"], ["f <> 5"]
     )
     assert reply.get("filtered") == {"f <> 5": [1, 2], "isnan(f)": [1]}  # pyarrow: right
-    assert reply.get("scanned") == {"f <> 5": [1, 2]}  # DataFusion: loses the NaN row
+    assert reply.get("scanned") == {"f <> 5": [1, 2]}  # DataFusion too
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="export_delta writes no min/max for decimal columns, and deltalake's dataset "
-    "then assumes dec >= NULL and skips the file (maintain/delta.py could list the "
-    "columns it writes statistics for in delta.dataSkippingStatsColumns)",
-)
 def test_deltalake_pushdown_without_statistics(tmp_path: Path, delta_reader: DeltaReader) -> None:
     row = {**dict.fromkeys(VALUES), "dec": Decimal("1.50")}
     db = mere.connect(tmp_path / "db")
@@ -736,12 +724,6 @@ def test_deltalake_pushdown_without_statistics(tmp_path: Path, delta_reader: Del
     assert reply.get("filtered") == {"dec = 1.5": [0]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="export_delta writes the timestamp statistic of year 1 as '1-01-01T00:00:00.000Z' "
-    "(strftime's %Y does not pad); deltalake reads it as NULL and skips the file "
-    "(maintain/delta.py should format with isoformat)",
-)
 def test_deltalake_pushdown_of_early_timestamps(tmp_path: Path, delta_reader: DeltaReader) -> None:
     row = {**dict.fromkeys(VALUES), "tz": dt.datetime(1, 1, 1, tzinfo=UTC)}
     db = mere.connect(tmp_path / "db")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -163,6 +164,9 @@ def _uses_ntz(spark: Any) -> bool:
 # --- values --------------------------------------------------------------------------
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
 def _partition_value(text: str | None, t: pa.DataType, delta_arrow: pa.DataType) -> str | None:
     """A mere partition value's canonical text (§6) in Delta's partition-value encoding."""
     if text is None:
@@ -183,27 +187,27 @@ def _partition_value(text: str | None, t: pa.DataType, delta_arrow: pa.DataType)
         micros = pc.cast(value, pa.int64()).as_py()
         moment = _EPOCH + timedelta(microseconds=micros)
         # ISO 8601 in UTC for instants; Delta's plain form for timestamps without zone.
+        # (Years are padded to four digits: strftime("%Y") writes year 1 as "1".)
         if delta_arrow.tz is not None:
-            return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+            return f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S.%f}Z"
+        return f"{moment.year:04d}-{moment:%m-%d %H:%M:%S.%f}"
     return str(pc.cast(value, pa.string()).as_py())
 
 
 def _stat_value(value: Any, t: pa.DataType, upper: bool) -> Any:
     """A mere statistic (§7) as a Delta statistic, or None to leave it out.
 
-    Only types whose Delta encoding is unambiguous are kept: integers, floats,
+    Only types whose Delta encoding is unambiguous are kept: integers,
     strings, dates, and timestamps with a time zone (as ISO 8601 in UTC at
     millisecond precision: minimums rounded down, maximums up, so the
-    statistics stay sound for skipping).
+    statistics stay sound for skipping). Floats are left out: Delta readers
+    skip by min/max that leave NaN out, which drops NaN rows mere keeps.
     """
     decoded = stat_from_json(value, t)
     if decoded is None:
         return None
     if pat.is_integer(t) and not pat.is_uint64(t):
         return int(decoded)
-    if pat.is_floating(t) and not pat.is_float16(t):
-        return float(decoded)
     if pat.is_string(t) or pat.is_large_string(t):
         return str(decoded)
     if pat.is_date(t):
@@ -217,12 +221,12 @@ def _stat_value(value: Any, t: pa.DataType, upper: bool) -> Any:
         else:
             ms = -((-ticks) // per_ms) if upper else ticks // per_ms
         moment = _EPOCH + timedelta(milliseconds=ms)
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+        return f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
     return None
 
 
-def _stats(meta: TableMeta, add: AddFile) -> str:
-    """The Delta ``stats`` JSON string of one file."""
+def _stats(meta: TableMeta, add: AddFile) -> dict[str, Any]:
+    """The Delta ``stats`` of one file (serialized into the add action as JSON)."""
     stats = add.stats or {}
     mins, maxs, nulls = (
         stats.get("minValues") or {},
@@ -247,7 +251,25 @@ def _stats(meta: TableMeta, add: AddFile) -> str:
         if low is not None and high is not None:
             out["minValues"][f.name] = low
             out["maxValues"][f.name] = high
-    return json.dumps(out, ensure_ascii=False, allow_nan=False)
+    return out
+
+
+def _skipping_columns(meta: TableMeta, stats: list[dict[str, Any]]) -> str:
+    """The ``delta.dataSkippingStatsColumns`` value: columns every file has min/max for.
+
+    A Delta reader that finds no min/max for a column in a file's statistics
+    may treat them as NULL and skip the file (deltalake 1.x does), so only
+    columns whose statistics are complete in every file are offered.
+    """
+    columns = []
+    for f in meta.schema:
+        if f.name in meta.partition_columns or pat.is_nested(f.type):
+            continue
+        if all(
+            f.name in s["minValues"] or s["nullCount"].get(f.name) == s["numRecords"] for s in stats
+        ):
+            columns.append(f.name if _PLAIN_NAME.match(f.name) else f"`{f.name}`")
+    return ",".join(columns)
 
 
 # --- the export ----------------------------------------------------------------------------
@@ -342,7 +364,15 @@ def export_delta(
             }
         },
     ]
-    for add, size, _ in results:
+    file_stats = [_stats(meta, add) for add, _, _ in results]
+    indexed = _skipping_columns(meta, file_stats)
+    configuration = (
+        {"delta.dataSkippingStatsColumns": indexed}
+        if indexed
+        else {"delta.dataSkippingNumIndexedCols": "0"}
+    )
+    lines[-1]["metaData"]["configuration"] = configuration
+    for (add, size, _), stats in zip(results, file_stats, strict=True):
         lines.append(
             {
                 "add": {
@@ -354,7 +384,7 @@ def export_delta(
                     "size": size,
                     "modificationTime": add.modification_time,
                     "dataChange": True,
-                    "stats": _stats(meta, add),
+                    "stats": json.dumps(stats, ensure_ascii=False, allow_nan=False),
                 }
             }
         )
