@@ -27,7 +27,14 @@ import mere
 import mere.spark
 from mere.errors import DatabaseNotFound
 from mere.spark import _core, _write, datasource
-from mere.spark._files import JobEnded, WriteTarget, end_job, open_job, write_batches
+from mere.spark._files import (
+    JobEnded,
+    WriteTarget,
+    end_job,
+    open_job,
+    rewrite_file,
+    write_batches,
+)
 from mere.spark._write import commit_write, prepare_write
 from mere.storage import open_store
 
@@ -269,3 +276,21 @@ def test_spark_writes_close_the_databases_they_open(spark, uri, monkeypatch):
     mere.spark.read(spark, uri, "t")
     assert len(opened) >= 5
     assert [id(db) for db in closed] == [id(db) for db in opened]
+
+
+def test_a_rewrite_finding_its_job_ended_deletes_its_files(uri):
+    """The executor side of DML records its files too, when its target names a job."""
+    db = _table(uri)
+    before = _files(uri)
+    target = _target(db)
+    store = open_store(target.uri)
+    add = db.snapshot().table("t").files[0]
+
+    def change(rows: pa.Table, mask) -> pa.Table:
+        end_job(store, target.table, target.job)  # the job failed meanwhile
+        return rows
+
+    with pytest.raises(JobEnded):
+        rewrite_file(target, store, add, None, change)
+    assert _files(uri) == before
+    assert not list(Path(uri, target.table.prefix).glob("_spark-*/**/*.pending"))

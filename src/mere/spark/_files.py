@@ -436,6 +436,8 @@ def rewrite_file(
     """Copy-on-write of one data file (the executor side of a Spark delete or update).
 
     A file with no matching row is left alone (``matched == 0``, no files).
+    With ``target.job``, the new files are recorded in the job's location
+    as :func:`write_batches` records them.
     """
     table = target.table
     predicate = None if where is None else check_condition(table, where)
@@ -445,11 +447,21 @@ def rewrite_file(
     if not matched:
         return Rewritten(add.path, 0, [])
     replacement = change(rows, mask)
-    writer = _Writer(target, store)
+    job = target.job
+    task = None if job is None else _JobTask(store, job)
+    writer = _Writer(target, store if job is None else _RecordingStore(store, table, job))
     try:
+        if task is not None:
+            task.check_running()
         if replacement.num_rows:
             writer.write_rows(replacement)
-        return Rewritten(add.path, matched, writer.finish())
+        adds = writer.finish()
+        if task is not None:
+            task.check_running()
+        return Rewritten(add.path, matched, adds)
     except BaseException:
         writer.discard()
         raise
+    finally:
+        if task is not None:
+            task.leave()
