@@ -211,6 +211,7 @@ class Database:
 
     def after_commit(self, state: DatabaseState) -> None:
         """After a commit landed: cache the new state, update the hint, checkpoint when due."""
+        state.confirm()
         with self._lock:
             if self._cached is None or state.version > self._cached.version:
                 self._cached = state
@@ -241,7 +242,9 @@ class Database:
 
     def _write_checkpoint(self, state: DatabaseState) -> None:
         try:
-            self.log.write_checkpoint(state.version, state.timestamp, list(state.live_actions()))
+            self.log.write_checkpoint(
+                state.version, state.timestamp, state.checkpoint_actions(), state.checkpoint_files()
+            )
         except Exception as exc:  # the commit stands, whatever happens here; a later one retries
             log.warning("could not write the checkpoint at version %d: %s", state.version, exc)
 

@@ -440,7 +440,7 @@ def test_a_failing_checkpoint_does_not_fail_the_commit(monkeypatch: pytest.Monke
         db.create_table("t", pa.schema([("x", pa.int64())]))
         db.table("t").append([{"x": 1}])
         db.table("t").append([{"x": 2}])
-        monkeypatch.setattr(log_module, "encode_checkpoint", broken)
+        monkeypatch.setattr(log_module, "encode_manifest", broken)
         assert db.table("t").append([{"x": 3}]) == 4  # checkpoint due: fails, commit stands
         assert mere.connect(f"memory://{name}").table("t").scan().num_rows == 3
     finally:

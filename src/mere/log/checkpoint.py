@@ -1,26 +1,40 @@
-"""Checkpoints: the full state at one version, as one Parquet file.
+"""Checkpoints: the full state at one version, so readers need not replay every commit.
 
-A checkpoint lets a reader skip replaying every commit since version 0. It is
-written create-only next to the commits (``_log/<version>.checkpoint.parquet``)
-and holds one row per live action: the protocol, the database and table
-metadata, every live data file and every application transaction marker.
-Data files get real columns (path, size, rows, ...) so that loading a million
-of them does not mean parsing a million JSON objects; the rarer actions keep
-their JSON body in ``payload``.
+A checkpoint is written create-only next to the commits. Since checkpoint
+format 2 (docs/format.md §4.2) it is columnar and in parts:
+
+* ``_log/<version>.checkpoint.parquet``, the **manifest**: one row per live
+  action that is not a data file (protocol, database, table metadata,
+  application markers, exports), its JSON body in ``payload``, and one row per
+  **part** naming it;
+* ``_log/<version>.checkpoint.<writer id>.<n>.parquet``, the parts: the live
+  files of one table (at most :data:`PART_FILES` per part), one row each, with
+  typed statistics columns (:mod:`mere.log.columns`).
+
+The manifest is written last: a checkpoint exists once its manifest does.
+A reader opens the manifest and reads a table's parts only when it needs that
+table's files, and only the columns it needs (a point lookup reads ``path``,
+``size``, ``rows`` and the statistics of one column).
+
+Format 1 (one Parquet file, statistics as JSON text) is still read: its rows
+are turned into the same columns in one vectorized pass.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mere.errors import CorruptLog, FormatVersionError
+from mere.errors import AlreadyExists, CorruptLog, FormatVersionError, ObjectNotFound, StorageError
 from mere.log.actions import (
     FORMAT_VERSION,
+    INT64_MAX,
     Action,
     AddFile,
     AppTxn,
@@ -30,10 +44,26 @@ from mere.log.actions import (
     TableMeta,
     _Bad,
     _data_path,
-    _str_dict,
     action_from_json,
     action_to_json,
 )
+from mere.log.columns import (
+    CORE,
+    MODIFIED,
+    PATH,
+    ROWS,
+    SIZE,
+    FileLayout,
+    adds_to_columns,
+    json_rows_to_columns,
+)
+from mere.log.keys import LOG_PREFIX, checkpoint_part_key, parse_checkpoint_part_key
+from mere.storage.base import MAX_KEY_LENGTH, ObjectStore
+
+#: The newest checkpoint format this mere reads and writes (docs/format.md §4).
+CHECKPOINT_FORMAT = 2
+#: The most files one part of a columnar checkpoint holds.
+PART_FILES = 100_000
 
 CHECKPOINT_SCHEMA = pa.schema(
     [
@@ -58,52 +88,253 @@ _KINDS = {
 
 
 @dataclass(frozen=True)
+class PartRef:
+    """One part of a columnar checkpoint: the files of one table, or a slice of them."""
+
+    key: str
+    table_id: str
+    files: int
+    size: int
+
+
+#: Fetches the bytes of one part (:func:`fetch_part`); raises PartMissing.
+PartFetcher = Callable[[PartRef], pa.Buffer]
+
+
+@dataclass(frozen=True)
 class CheckpointData:
+    """A decoded checkpoint: the state's actions, and its data files as columns.
+
+    ``actions`` holds everything but the data files. The files of a table are
+    either decoded already (``files``: format 1, or a checkpoint read whole)
+    or named by ``parts`` and fetched on demand through ``fetch``.
+    """
+
     version: int
     timestamp: int  # the commit timestamp of ``version``
     actions: list[Action]
+    files: dict[str, pa.Table] = field(default_factory=dict)
+    parts: dict[str, tuple[PartRef, ...]] = field(default_factory=dict)
+    fetch: PartFetcher | None = None
+    format: int = 1
+
+    def layouts(self) -> dict[str, FileLayout]:
+        """The file layout of each table (by id), from its metadata."""
+        return {a.id: FileLayout.of(a) for a in self.actions if isinstance(a, TableMeta)}
 
 
-def encode_checkpoint(version: int, timestamp: int, actions: Iterable[Action]) -> bytes:
-    """Serialize the live actions of a version into checkpoint bytes."""
+# --- format 2: the manifest and its parts ---------------------------------------------------
+
+
+def encode_manifest(
+    version: int, timestamp: int, actions: Iterable[Action], parts: Sequence[PartRef]
+) -> bytes:
+    """The manifest of a columnar checkpoint: the non-file actions and the parts."""
     cols: dict[str, list[object]] = {f.name: [] for f in CHECKPOINT_SCHEMA}
     fmt = FORMAT_VERSION
     for a in actions:
         if isinstance(a, Protocol):
             fmt = a.format_version  # a database still at an older format keeps it readable
-        row: dict[str, object] = dict.fromkeys(cols)
-        if isinstance(a, AddFile):
-            row.update(
-                kind="add",
-                table_id=a.table_id,
-                path=a.path,
-                size=a.size,
-                rows=a.rows,
-                modification_time=a.modification_time,
-                partition_values=json.dumps(a.partition_values, ensure_ascii=False),
-                stats=None if a.stats is None else json.dumps(a.stats, ensure_ascii=False),
-            )
-        else:
-            kind = _KINDS[type(a)]
-            row.update(kind=kind, payload=json.dumps(action_to_json(a)[kind], ensure_ascii=False))
-            if isinstance(a, TableMeta):
-                row["table_id"] = a.id
-        for name, value in row.items():
-            cols[name].append(value)
-    table = pa.Table.from_pydict(cols, schema=CHECKPOINT_SCHEMA).replace_schema_metadata(
-        {
-            "mere.version": str(version),
-            "mere.timestamp": str(timestamp),
-            "mere.formatVersion": str(fmt),
-        }
-    )
+        _append(cols, _payload_row(a))
+    for part in parts:
+        name = part.key[len(LOG_PREFIX) :]
+        _append(
+            cols,
+            {
+                "kind": "part",
+                "table_id": part.table_id,
+                "path": name,
+                "size": part.size,
+                "rows": part.files,
+            },
+        )
+    return _parquet(cols, version, timestamp, fmt, CHECKPOINT_FORMAT)
+
+
+def _append(cols: dict[str, list[object]], row: dict[str, object]) -> None:
+    for name, values in cols.items():
+        values.append(row.get(name))
+
+
+def _payload_row(a: Action) -> dict[str, object]:
+    kind = _KINDS.get(type(a))
+    if kind is None:
+        raise TypeError(f"a checkpoint does not hold {type(a).__name__} actions")
+    row: dict[str, object] = {
+        "kind": kind,
+        "payload": json.dumps(action_to_json(a)[kind], ensure_ascii=False),
+    }
+    if isinstance(a, TableMeta):
+        row["table_id"] = a.id
+    return row
+
+
+def _parquet(
+    cols: dict[str, list[object]], version: int, timestamp: int, fmt: int, layout: int
+) -> bytes:
+    meta = {
+        "mere.version": str(version),
+        "mere.timestamp": str(timestamp),
+        "mere.formatVersion": str(fmt),
+    }
+    if layout > 1:
+        meta["mere.checkpointFormat"] = str(layout)
+    table = pa.Table.from_pydict(cols, schema=CHECKPOINT_SCHEMA).replace_schema_metadata(meta)
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     return bytes(sink.getvalue())
 
 
+def encode_part(table_id: str, files: pa.Table) -> pa.Buffer:
+    """One part: the files of ``table_id`` in ``files`` (columns of its layout)."""
+    sink = pa.BufferOutputStream()
+    table = files.replace_schema_metadata({"mere.tableId": table_id})
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+class PartMissing(CorruptLog):
+    """A part a manifest names does not exist (removed by expiry since, or lost)."""
+
+
+def fetch_part(store: ObjectStore, part: PartRef) -> pa.Buffer:
+    """The bytes of one part, held from then on (a local file is mapped, not copied).
+
+    Once fetched, a part reads whatever happens to its object: expiry may
+    delete it while a state built from its checkpoint still needs columns.
+
+    Raises:
+        PartMissing: the part does not exist.
+    """
+    try:
+        with store.open_input(part.key) as source:
+            return source.read_buffer()
+    except ObjectNotFound:
+        raise PartMissing(part.key, "a part the checkpoint names does not exist") from None
+
+
+def decode_part(
+    part: PartRef, data: pa.Buffer, columns: Sequence[str] | None, *, paths_checked: bool = False
+) -> pa.Table:
+    """Columns of one part (all when None), checked: CorruptLog naming the part on any defect.
+
+    The core columns read are validated (paths are keys under the table, unless
+    ``paths_checked`` says a previous read did; sizes, row counts and times
+    are non-negative integers).
+    """
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(data))
+        meta = parquet.schema_arrow.metadata or {}
+        if meta.get(b"mere.tableId") != part.table_id.encode():
+            raise CorruptLog(part.key, f"is not a part of table {part.table_id}")
+        names = parquet.schema_arrow.names
+        missing = [c for c in CORE if c not in names and c != "data_change"]
+        if missing:
+            raise CorruptLog(part.key, f"has no column {missing[0]!r}")
+        wanted = names if columns is None else [c for c in columns if c in names]
+        table = parquet.read(columns=wanted, use_threads=False)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CorruptLog(part.key, f"unreadable Parquet: {exc}") from None
+    if table.num_rows != part.files:
+        raise CorruptLog(part.key, f"holds {table.num_rows} files, the manifest says {part.files}")
+    try:
+        check_file_columns(part.table_id, table, paths=not paths_checked)
+    except _Bad as exc:
+        raise CorruptLog(part.key, str(exc)) from None
+    return table
+
+
+def read_part(store: ObjectStore, part: PartRef, columns: Sequence[str] | None) -> pa.Table:
+    """:func:`fetch_part`, then :func:`decode_part`."""
+    return decode_part(part, fetch_part(store, part), columns)
+
+
+#: A relative data path with an empty, ``.`` or ``..`` segment, a backslash or a NUL (§1).
+_BAD_PATH = r"(^|/)\.{0,2}(/|$)|[\\\x00]"
+
+
+def check_file_columns(table_id: str, table: pa.Table, *, paths: bool = True) -> None:
+    """Validate the core file columns present in ``table`` (raises _Bad).
+
+    Paths must be keys under the table's prefix (or absolute data paths, whose
+    use the state checks), sizes, row counts and modification times
+    non-negative integers.
+    """
+    for name in (SIZE, ROWS, MODIFIED):
+        if name not in table.column_names:
+            continue
+        column = table.column(name)
+        if column.type != pa.int64():
+            raise _Bad(f"column {name!r} has type {column.type}, not int64")
+        if column.null_count or (len(column) and pc.min(column).as_py() < 0):
+            raise _Bad(f"a file has a missing or negative {name}")
+    if paths and PATH in table.column_names:
+        check_paths(table_id, table.column(PATH))
+
+
+def check_paths(table_id: str, paths: pa.ChunkedArray | pa.Array) -> None:
+    """Every path is a valid data path of the table (format.md §1, §2.5); raises _Bad."""
+    if paths.type != pa.string():
+        raise _Bad(f"column 'path' has type {paths.type}, not string")
+    if paths.null_count:
+        raise _Bad("a file has no path")
+    if len(paths) == 0:
+        return
+    external = pc.match_substring(paths, "://")
+    limit = MAX_KEY_LENGTH - len(f"tables/{table_id}/")
+    bad = pc.or_(
+        pc.match_substring_regex(paths, _BAD_PATH), pc.greater(pc.utf8_length(paths), limit)
+    )
+    bad = pc.and_(bad, pc.invert(external))
+    if pc.any(bad).as_py():
+        first = paths.filter(bad)[0].as_py()
+        raise _Bad(f"invalid data file path {first!r}")
+    if pc.any(external).as_py():
+        for path in paths.filter(external).to_pylist():
+            _data_path(table_id, path)
+
+
+# --- format 1: one file, statistics as JSON text -------------------------------------------
+
+
+def encode_checkpoint(version: int, timestamp: int, actions: Iterable[Action]) -> bytes:
+    """A checkpoint in format 1 (docs/format.md §4.1): one file, statistics as JSON text.
+
+    mere writes format 2 (:meth:`mere.log.log.Log.write_checkpoint`); this
+    writer is kept for tests and tools that need a checkpoint of the older format.
+    """
+    cols: dict[str, list[object]] = {f.name: [] for f in CHECKPOINT_SCHEMA}
+    fmt = FORMAT_VERSION
+    for a in actions:
+        if isinstance(a, Protocol):
+            fmt = a.format_version
+        if isinstance(a, AddFile):
+            row: dict[str, object] = {
+                "kind": "add",
+                "table_id": a.table_id,
+                "path": a.path,
+                "size": a.size,
+                "rows": a.rows,
+                "modification_time": a.modification_time,
+                "partition_values": json.dumps(a.partition_values, ensure_ascii=False),
+                "stats": None if a.stats is None else json.dumps(a.stats, ensure_ascii=False),
+            }
+        else:
+            row = _payload_row(a)
+        _append(cols, row)
+    return _parquet(cols, version, timestamp, fmt, 1)
+
+
+# --- decoding either format ---------------------------------------------------------------
+
+
 def decode_checkpoint(key: str, data: bytes) -> CheckpointData:
-    """Parse checkpoint bytes; CorruptLog naming ``key`` on any defect."""
+    """Parse a checkpoint file (a format-2 manifest, or a whole format-1 checkpoint).
+
+    Raises:
+        CorruptLog: naming ``key``, on any defect.
+        FormatVersionError: the checkpoint needs a newer mere.
+    """
     try:
         table = pq.read_table(pa.BufferReader(_arrow_owned(data)))
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -113,6 +344,7 @@ def decode_checkpoint(key: str, data: bytes) -> CheckpointData:
         version = int(meta[b"mere.version"])
         timestamp = int(meta[b"mere.timestamp"])
         fmt = int(meta[b"mere.formatVersion"])
+        layout = int(meta.get(b"mere.checkpointFormat", b"1"))
     except (KeyError, ValueError):
         raise CorruptLog(key, "missing or invalid mere.* metadata") from None
     if fmt > FORMAT_VERSION:
@@ -120,45 +352,84 @@ def decode_checkpoint(key: str, data: bytes) -> CheckpointData:
             f"checkpoint {key} has format version {fmt}; this mere reads up to {FORMAT_VERSION}",
             help="upgrade mere",
         )
+    if layout > CHECKPOINT_FORMAT or layout < 1:
+        raise FormatVersionError(
+            f"checkpoint {key} has checkpoint format {layout}; this mere reads up to "
+            f"{CHECKPOINT_FORMAT}",
+            help="upgrade mere",
+        )
     if not table.schema.equals(CHECKPOINT_SCHEMA.with_metadata(table.schema.metadata)):
         raise CorruptLog(key, "unexpected checkpoint columns")
-    actions: list[Action] = []
     try:
-        columns = {name: table.column(name).to_pylist() for name in table.column_names}
-        for i, kind in enumerate(columns["kind"]):
-            if kind == "add":
-                table_id, path = columns["table_id"][i], columns["path"][i]
-                if not isinstance(table_id, str) or not isinstance(path, str):
-                    raise _Bad(f"row {i}: add without table id or path")
-                stats = columns["stats"][i]
-                parts = _str_dict(
-                    json.loads(columns["partition_values"][i] or "{}"), "partitionValues", True
-                )
-                stats = None if stats is None else json.loads(stats)
-                if stats is not None and not isinstance(stats, dict):
-                    raise _Bad(f"row {i}: stats must be an object")
-                actions.append(
-                    AddFile(
-                        table_id=table_id,
-                        path=_data_path(table_id, path),
-                        size=_int(columns["size"][i]),
-                        rows=_int(columns["rows"][i]),
-                        partition_values=parts,
-                        stats=stats,
-                        modification_time=_int(columns["modification_time"][i]),
-                    )
-                )
-            elif kind in _KINDS.values():
-                payload = json.loads(columns["payload"][i] or "null")
-                action = action_from_json({kind: payload})
-                if isinstance(action, AddFile) or not isinstance(action, tuple(_KINDS)):
-                    raise _Bad(f"row {i}: unexpected action")
-                actions.append(action)  # type: ignore[arg-type]
-            else:
-                raise _Bad(f"row {i}: unknown kind {kind!r}")
-    except (_Bad, ValueError, TypeError) as exc:
+        kinds = table.column("kind")
+        files_kind = "add" if layout == 1 else "part"
+        is_file = pc.equal(kinds, files_kind)
+        actions = _decode_actions(table.filter(pc.invert(is_file)), files_kind)
+        rows = table.filter(is_file)
+        checkpoint = CheckpointData(version, timestamp, actions, format=layout)
+        if layout == 1:
+            checkpoint.files.update(_decode_adds(checkpoint.layouts(), rows))
+        else:
+            checkpoint.parts.update(_decode_parts(version, checkpoint.layouts(), rows))
+    except (_Bad, ValueError, TypeError, pa.ArrowException) as exc:
         raise CorruptLog(key, str(exc)) from None
-    return CheckpointData(version, timestamp, actions)
+    return checkpoint
+
+
+def _decode_actions(table: pa.Table, files_kind: str) -> list[Action]:
+    actions: list[Action] = []
+    payloads = table.column("payload").to_pylist()
+    for i, kind in enumerate(table.column("kind").to_pylist()):
+        if kind not in _KINDS.values():
+            raise _Bad(f"unknown kind {kind!r}" if kind != "add" else "an add row in a manifest")
+        action = action_from_json({kind: json.loads(payloads[i] or "null")})
+        if isinstance(action, AddFile) or not isinstance(action, tuple(_KINDS)):
+            raise _Bad(f"unexpected {kind} row")
+        actions.append(action)  # type: ignore[arg-type]
+    return actions
+
+
+def _table_ids(rows: pa.Table, layouts: Mapping[str, FileLayout]) -> list[str]:
+    ids = rows.column("table_id")
+    if ids.null_count:
+        raise _Bad("a file row without a table id")
+    found = pc.unique(ids).to_pylist()
+    for table_id in found:
+        if table_id not in layouts:
+            raise _Bad(f"files of unknown table id {table_id}")
+    return found
+
+
+def _decode_adds(layouts: Mapping[str, FileLayout], rows: pa.Table) -> dict[str, pa.Table]:
+    out: dict[str, pa.Table] = {}
+    for table_id in _table_ids(rows, layouts):
+        mine = rows.filter(pc.equal(rows.column("table_id"), table_id))
+        core = mine.select([PATH, SIZE, ROWS, MODIFIED])
+        check_file_columns(table_id, core)
+        out[table_id] = json_rows_to_columns(
+            layouts[table_id],
+            core,
+            mine.column("partition_values"),
+            mine.column("stats"),
+        )
+    return out
+
+
+def _decode_parts(
+    version: int, layouts: Mapping[str, FileLayout], rows: pa.Table
+) -> dict[str, tuple[PartRef, ...]]:
+    _table_ids(rows, layouts)
+    out: dict[str, list[PartRef]] = {}
+    for row in rows.select(["table_id", "path", "size", "rows"]).to_pylist():
+        name, size, files = row["path"], row["size"], row["rows"]
+        key = f"{LOG_PREFIX}{name}"
+        if not isinstance(name, str) or parse_checkpoint_part_key(key) != version:
+            raise _Bad(f"invalid part name {name!r}")
+        for what, value in (("size", size), ("rows", files)):
+            if not isinstance(value, int) or not 0 <= value <= INT64_MAX:
+                raise _Bad(f"part {name} has a missing or negative {what}")
+        out.setdefault(row["table_id"], []).append(PartRef(key, row["table_id"], files, size))
+    return {table_id: tuple(parts) for table_id, parts in out.items()}
 
 
 def _arrow_owned(data: bytes) -> pa.Buffer:
@@ -176,7 +447,109 @@ def _arrow_owned(data: bytes) -> pa.Buffer:
     return sink.getvalue()
 
 
-def _int(value: object) -> int:
-    if not isinstance(value, int) or value < 0:
-        raise _Bad("missing or negative integer field")
-    return value
+# --- writing --------------------------------------------------------------------------------
+
+
+def checkpoint_parts(
+    store: ObjectStore,
+    version: int,
+    actions: Iterable[Action],
+    tables: Mapping[str, Iterable[pa.Table]] | None = None,
+) -> tuple[list[Action], list[PartRef]]:
+    """Write the parts of a checkpoint of ``version``; returns the manifest's actions and parts.
+
+    The files come from ``tables`` (table id -> its file columns, in pieces
+    of any size: they are cut into parts of at most :data:`PART_FILES`, so
+    memory stays bounded by a part when the pieces are) and from any
+    :class:`AddFile` in ``actions``. Parts are created with fresh names (a
+    writer id of their own), so a failed or losing writer only leaves
+    objects nothing names; on an error the parts written so far are deleted.
+    """
+    actions = list(actions)
+    kept: list[Action] = [a for a in actions if not isinstance(a, AddFile)]
+    layouts = {a.id: FileLayout.of(a) for a in kept if isinstance(a, TableMeta)}
+    sources: dict[str, list[Iterable[pa.Table]]] = {}
+    for table_id, pieces in (tables or {}).items():
+        sources.setdefault(table_id, []).append(pieces)
+    loose: dict[str, list[AddFile]] = {}
+    for a in actions:
+        if isinstance(a, AddFile):
+            loose.setdefault(a.table_id, []).append(a)
+    for table_id, adds in loose.items():
+        if table_id not in layouts:
+            raise ValueError(f"files of table id {table_id}, which the checkpoint does not hold")
+        sources.setdefault(table_id, []).append([adds_to_columns(layouts[table_id], adds)])
+    writer = uuid.uuid4().hex
+    parts: list[PartRef] = []
+    try:
+        for table_id, groups in sources.items():
+            if table_id not in layouts:
+                raise ValueError(
+                    f"files of table id {table_id}, which the checkpoint does not hold"
+                )
+            for piece in _cut((t for g in groups for t in g), PART_FILES):
+                key = checkpoint_part_key(version, writer, len(parts))
+                data = encode_part(table_id, piece)
+                try:
+                    store.put_if_absent(key, data)
+                except AlreadyExists:
+                    pass  # a fresh name: only our own put, retried by the store, made it
+                parts.append(PartRef(key, table_id, piece.num_rows, data.size))
+    except BaseException:
+        delete_parts(store, parts)
+        raise
+    return kept, parts
+
+
+def delete_parts(store: ObjectStore, parts: Iterable[PartRef]) -> None:
+    """Best effort: parts no manifest names are garbage (expiry removes leftovers)."""
+    for part in parts:
+        try:
+            store.delete(part.key)
+        except StorageError:
+            pass
+
+
+def _cut(pieces: Iterable[pa.Table], size: int) -> Iterator[pa.Table]:
+    """The rows of ``pieces`` in tables of exactly ``size`` rows (the last one: the rest)."""
+    held: list[pa.Table] = []
+    count = 0
+    for piece in pieces:
+        while piece.num_rows:
+            take = min(size - count, piece.num_rows)
+            held.append(piece.slice(0, take))
+            piece = piece.slice(take)
+            count += take
+            if count == size:
+                yield pa.concat_tables(held).combine_chunks()
+                held, count = [], 0
+    if count:
+        yield pa.concat_tables(held).combine_chunks()
+
+
+def has_external_paths(paths: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether any path is an absolute URI (§11.6)."""
+    if len(paths) == 0:
+        return False
+    return bool(pc.any(pc.match_substring(paths, "://")).as_py())
+
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_SCHEMA",
+    "PART_FILES",
+    "CheckpointData",
+    "PartFetcher",
+    "PartMissing",
+    "PartRef",
+    "check_paths",
+    "checkpoint_parts",
+    "decode_checkpoint",
+    "delete_parts",
+    "encode_checkpoint",
+    "encode_manifest",
+    "encode_part",
+    "decode_part",
+    "fetch_part",
+    "read_part",
+]

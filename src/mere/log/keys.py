@@ -10,6 +10,7 @@ CHECKPOINT_HINT = "_log/_last_checkpoint"
 VERSION_DIGITS = 20
 
 _LOG_NAME = re.compile(r"_log/(\d{20})\.(json|checkpoint\.parquet)\Z")
+_PART_NAME = re.compile(r"_log/(\d{20})\.checkpoint\.([0-9a-f]{32})\.(\d{5})\.parquet\Z")
 
 
 def commit_key(version: int) -> str:
@@ -19,6 +20,25 @@ def commit_key(version: int) -> str:
 
 def checkpoint_key(version: int) -> str:
     return f"{LOG_PREFIX}{version:0{VERSION_DIGITS}d}.checkpoint.parquet"
+
+
+def checkpoint_part_key(version: int, writer: str, number: int) -> str:
+    """``_log/<version>.checkpoint.<writer id>.<n>.parquet``: one part of a columnar checkpoint.
+
+    ``writer`` (32 hex digits) is unique to one attempt at writing the
+    checkpoint, so writers racing for the same version never share a part.
+    """
+    return f"{LOG_PREFIX}{version:0{VERSION_DIGITS}d}.checkpoint.{writer}.{number:05d}.parquet"
+
+
+def parse_checkpoint_part_key(key: str) -> int | None:
+    """The version of a checkpoint part's key (:func:`checkpoint_part_key`), None for others.
+
+    :func:`parse_log_key` does not know parts: they are not checkpoints, only
+    what one names.
+    """
+    m = _PART_NAME.match(key)
+    return int(m.group(1)) if m else None
 
 
 def parse_log_key(key: str) -> tuple[int, str] | None:

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from enum import Enum
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from mere.errors import (
     AlreadyExists,
@@ -24,7 +29,16 @@ from mere.errors import (
     VersionNotFound,
 )
 from mere.log.actions import Action, Commit, decode_commit
-from mere.log.checkpoint import CheckpointData, decode_checkpoint, encode_checkpoint
+from mere.log.checkpoint import (
+    CheckpointData,
+    PartRef,
+    checkpoint_parts,
+    decode_checkpoint,
+    delete_parts,
+    encode_manifest,
+    fetch_part,
+    read_part,
+)
 from mere.log.keys import (
     CHECKPOINT_HINT,
     LATEST_HINT,
@@ -325,7 +339,13 @@ class Log:
                 best = parsed[0] if best is None else max(best, parsed[0])
         return best
 
-    def read_checkpoint(self, version: int) -> CheckpointData:
+    def open_checkpoint(self, version: int) -> CheckpointData:
+        """The checkpoint at ``version``, its files' parts left unread (read on demand).
+
+        Raises:
+            VersionNotFound: no checkpoint at that version.
+            CorruptLog: the manifest cannot be decoded, or claims another version.
+        """
         key = checkpoint_key(version)
         try:
             data = self.store.get(key)
@@ -334,16 +354,72 @@ class Log:
         checkpoint = decode_checkpoint(key, data)
         if checkpoint.version != version:
             raise CorruptLog(key, f"claims version {checkpoint.version}")
-        return checkpoint
+        return replace(checkpoint, fetch=self.fetch_part)
 
-    def write_checkpoint(self, version: int, timestamp: int, actions: list[Action]) -> bool:
-        """Create the checkpoint for ``version``; False if one already exists."""
+    def read_checkpoint(self, version: int) -> CheckpointData:
+        """The checkpoint at ``version`` with every part read and checked.
+
+        Raises:
+            VersionNotFound: no checkpoint at that version.
+            CorruptLog: the manifest or a part cannot be decoded.
+        """
+        checkpoint = self.open_checkpoint(version)
+        files = dict(checkpoint.files)
+        layouts = checkpoint.layouts()
+        for table_id, parts in checkpoint.parts.items():
+            layout = layouts[table_id]
+            tables = [layout.conform(t) for t in self.read_parts(parts, None)]
+            files[table_id] = pa.concat_tables(tables)
+            paths = files[table_id].column("path")
+            if len(pc.unique(paths)) != len(paths):
+                raise CorruptLog(checkpoint_key(version), "a data file is listed twice")
+        return replace(checkpoint, files=files, parts={})
+
+    def fetch_part(self, part: PartRef) -> pa.Buffer:
+        """The bytes of one checkpoint part (:func:`mere.log.checkpoint.fetch_part`)."""
+        return fetch_part(self.store, part)
+
+    def read_part(self, part: PartRef, columns: Sequence[str] | None = None) -> pa.Table:
+        """Columns (None: all) of one checkpoint part (:func:`mere.log.checkpoint.read_part`)."""
+        return read_part(self.store, part, columns)
+
+    def read_parts(self, parts: Sequence[PartRef], columns: Sequence[str] | None) -> list[pa.Table]:
+        """Columns of several parts, read concurrently (pyarrow decodes without the GIL)."""
+        if len(parts) <= 1:
+            return [self.read_part(p, columns) for p in parts]
+        with ThreadPoolExecutor(max_workers=min(8, len(parts))) as pool:
+            return list(pool.map(lambda p: self.read_part(p, columns), parts))
+
+    def write_checkpoint(
+        self,
+        version: int,
+        timestamp: int,
+        actions: Iterable[Action],
+        tables: Mapping[str, Iterable[pa.Table]] | None = None,
+    ) -> bool:
+        """Create the checkpoint for ``version``; False if one already exists.
+
+        ``actions`` are the live actions of the state (data files may be among
+        them, as :class:`AddFile`); ``tables`` gives data files as columns
+        instead (table id -> pieces of its file table, :mod:`mere.log.columns`).
+        The parts are written first, the manifest last: a checkpoint exists
+        once its manifest does, and a writer that loses the race deletes its parts.
+        """
+        kept, parts = checkpoint_parts(self.store, version, actions, tables)
+        key = checkpoint_key(version)
         try:
-            self.store.put_if_absent(
-                checkpoint_key(version), encode_checkpoint(version, timestamp, actions)
-            )
+            manifest = encode_manifest(version, timestamp, kept, parts)
+        except BaseException:
+            delete_parts(self.store, parts)
+            raise
+        # From here the manifest may land whatever happens, and then it names these
+        # parts: they are deleted only once another manifest is known to have won.
+        try:
+            self.store.put_if_absent(key, manifest)
         except AlreadyExists:
-            return False
+            if self.store.get(key) != manifest:  # ours, if a retry of our put made it
+                delete_parts(self.store, parts)
+                return False
         hinted = self._read_hint(CHECKPOINT_HINT)
         if hinted is None or hinted < version:
             self._write_hint(CHECKPOINT_HINT, version)

@@ -25,4 +25,6 @@ def checkpoint(db: DatabaseContext) -> int:
 
 def write_checkpoint(db: DatabaseContext, state: DatabaseState) -> bool:
     """Create the checkpoint of ``state``; False if one already existed at its version."""
-    return db.log.write_checkpoint(state.version, state.timestamp, list(state.live_actions()))
+    return db.log.write_checkpoint(
+        state.version, state.timestamp, state.checkpoint_actions(), state.checkpoint_files()
+    )

@@ -35,7 +35,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from mere.log.actions import Export
-from mere.log.keys import LOG_PREFIX, checkpoint_key, parse_log_key
+from mere.log.keys import LOG_PREFIX, checkpoint_key, parse_checkpoint_part_key, parse_log_key
 from mere.maintain.checkpoint import write_checkpoint
 from mere.maintain.common import (
     LogWatch,
@@ -144,14 +144,18 @@ def expire(
 
     commits: list[str] = []
     checkpoints: list[str] = []
+    parts: list[str] = []  # of columnar checkpoints: deleted after their manifests
     for meta in db.store.list(LOG_PREFIX):
         parsed = parse_log_key(meta.key)
+        part = parse_checkpoint_part_key(meta.key)
+        if part is not None and part < keep and part not in islands:
+            parts.append(meta.key)
         if parsed is None or parsed[0] >= keep:
             continue
         if parsed[1] == "checkpoint" and parsed[0] in islands:
             continue
         (commits if parsed[1] == "commit" else checkpoints).append(meta.key)
-    doomed = sorted(commits) + sorted(checkpoints)  # oldest commits first, then checkpoints
+    doomed = sorted(commits) + sorted(checkpoints) + sorted(parts)  # oldest commits first
     deleted: list[str] = []
     if dry_run:
         deleted = doomed
@@ -168,6 +172,8 @@ def expire(
                 parsed = parse_log_key(key)
                 if parsed is not None and parsed[1] == "checkpoint" and parsed[0] in islands:
                     continue
+                if parse_checkpoint_part_key(key) in islands:
+                    continue
                 db.store.delete(key)
                 deleted.append(key)
                 advance(1)
@@ -183,7 +189,9 @@ def expire(
         oldest_version=keep,
         checkpoint_written=written,
         commits_deleted=sum(1 for key in deleted if key in commit_keys),
-        checkpoints_deleted=sum(1 for key in deleted if key not in commit_keys),
+        checkpoints_deleted=sum(
+            1 for key in deleted if parse_log_key(key) and key not in commit_keys
+        ),
         keys=deleted,
         kept_for_exports={name: sorted(keys) for name, keys in sorted(kept.items())},
         export_checkpoints_written=islands_written,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from mere.errors import VersionNotFound
 from mere.log.keys import LOG_PREFIX, parse_log_key
 from mere.log.log import Log
+from mere.snapshot.files import LiveFiles, Reload
 from mere.snapshot.state import DatabaseState
 
 #: Replay from a cached state when it is at most this many versions behind.
@@ -29,8 +30,7 @@ def load_state(log: Log, version: int, cached: DatabaseState | None = None) -> D
             return replay(log, cached, version)
         checkpoint = log.checkpoint_at_or_below(version, _interval(cached))
         if checkpoint is not None:
-            start = DatabaseState.from_checkpoint(log.read_checkpoint(checkpoint))
-            return _replay_from(log, start, version)
+            return _replay_from(log, _open(log, checkpoint), version)
         try:
             first = log.read_commit(0)
         except VersionNotFound:
@@ -50,10 +50,35 @@ def load_state(log: Log, version: int, cached: DatabaseState | None = None) -> D
 
 
 def replay(log: Log, state: DatabaseState, version: int) -> DatabaseState:
-    """Apply commits ``state.version + 1 .. version`` to ``state``."""
+    """Apply commits ``state.version + 1 .. version`` to ``state`` (committed ones: confirmed)."""
     if version > state.version:
         state = state.apply_many(log.read_commits(state.version + 1, version))
-    return state
+    return state.confirm()
+
+
+def _open(log: Log, checkpoint: int) -> DatabaseState:
+    """The state of a checkpoint, its files read when first needed."""
+    return DatabaseState.from_checkpoint(log.open_checkpoint(checkpoint), reload=reloader(log))
+
+
+def reloader(log: Log) -> Reload:
+    """Reads a table's files anew at a committed version (its checkpoint was expired meanwhile)."""
+
+    def reload(table_id: str, version: int) -> LiveFiles:
+        try:
+            state = load_state(log, version)
+        except VersionNotFound as exc:
+            raise VersionNotFound(
+                f"the checkpoint these files were to be read from was expired, and version "
+                f"{version} with it ({exc})",
+                help="open the database again to read a retained version",
+            ) from exc
+        table = state.tables.get(table_id)
+        if table is None:
+            raise VersionNotFound(f"table {table_id} does not exist at version {version}")
+        return table.live
+
+    return reload
 
 
 def _replay_from(log: Log, start: DatabaseState, version: int) -> DatabaseState:
@@ -74,7 +99,7 @@ def _replay_from(log: Log, start: DatabaseState, version: int) -> DatabaseState:
                 newest = parsed[0] if newest is None else max(newest, parsed[0])
         if newest is None:
             raise
-        return replay(log, DatabaseState.from_checkpoint(log.read_checkpoint(newest)), version)
+        return replay(log, _open(log, newest), version)
 
 
 def _interval(state: DatabaseState | None) -> int | None:

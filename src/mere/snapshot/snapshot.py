@@ -14,6 +14,7 @@ from mere.log.actions import AddFile, TableMeta
 from mere.names import check_table_name
 from mere.snapshot.scan import plan_scan, scan_batches, scan_files
 from mere.snapshot.state import DatabaseState, TableState
+from mere.snapshot.vectorized import select_files
 from mere.storage.base import ObjectStore
 
 if TYPE_CHECKING:
@@ -114,14 +115,14 @@ class TableSnapshot:
     def scan(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         """Rows matching the SQL ``filter`` (all rows if None), as one Arrow table."""
         plan = plan_scan(self._state.meta, columns, filter)
-        return scan_files(self._store, plan, plan.select(self._state.files.values()))
+        return scan_files(self._store, plan, select_files(plan, self._state))
 
     def scan_batches(
         self, columns: Sequence[str] | None = None, filter: str | None = None
     ) -> pa.RecordBatchReader:
         """The same rows as :meth:`scan`, streamed with bounded memory."""
         plan = plan_scan(self._state.meta, columns, filter)
-        return scan_batches(self._store, plan, plan.select(self._state.files.values()))
+        return scan_batches(self._store, plan, select_files(plan, self._state))
 
     def to_dataset(self) -> ds.Dataset:
         """A reusable ``pyarrow.dataset.Dataset`` of the table at this version.

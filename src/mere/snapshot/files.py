@@ -1,0 +1,518 @@
+"""A table's live data files at one version: columns first, ``AddFile`` objects on demand.
+
+:class:`LiveFiles` holds a table's files as Arrow columns (:mod:`mere.log.columns`):
+a *base* (a checkpoint's parts, read column by column when first needed, or a
+table in memory) minus the paths later commits touched, plus the files those
+commits added. Replaying a commit is a bulk operation on that delta, never a
+copy of the base; when the delta grows large it is folded into a new base.
+
+It is also a ``Mapping[str, AddFile]`` (path -> file), so every caller that
+wants objects keeps working; objects are built only when asked for, and all of
+them only when a caller iterates them all.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mere.errors import CorruptLog
+from mere.log.actions import AddFile, TableMeta
+from mere.log.checkpoint import (
+    PartFetcher,
+    PartMissing,
+    PartRef,
+    decode_part,
+    has_external_paths,
+)
+from mere.log.columns import (
+    CORE,
+    DATA_CHANGE,
+    PATH,
+    ROWS,
+    SIZE,
+    FileLayout,
+    adds_to_columns,
+    columns_to_adds,
+)
+
+T = TypeVar("T")
+#: Reads a table's files anew at a version: (table id, version) -> its files.
+Reload = Callable[[str, int], "LiveFiles"]
+#: A delta (files added plus paths removed since the base) beyond this many
+#: entries, and beyond a quarter of the base, is folded into a new base.
+FOLD_MIN = 4096
+
+
+class FileSource(Protocol):
+    """Where a base of files comes from: all rows of some columns, on request."""
+
+    @property
+    def num_rows(self) -> int: ...
+
+    def read(self, columns: Sequence[str]) -> pa.Table:
+        """Exactly ``columns`` (names the source's layout knows, or nulls), every row."""
+        ...
+
+    def pieces(self) -> Iterator[pa.Table]:
+        """Every column, in pieces of bounded size (without keeping them)."""
+        ...
+
+
+class TableSource:
+    """A base already in memory."""
+
+    def __init__(self, layout: FileLayout, table: pa.Table) -> None:
+        self._layout = layout
+        self._table = table
+
+    @property
+    def num_rows(self) -> int:
+        return int(self._table.num_rows)
+
+    def read(self, columns: Sequence[str]) -> pa.Table:
+        return self._layout.conform(self._table, columns)
+
+    def pieces(self) -> Iterator[pa.Table]:
+        yield self._layout.conform(self._table)
+
+
+class PartsSource:
+    """A base in a columnar checkpoint's parts, each column decoded once, when first needed.
+
+    The first read fetches the table's parts whole (a local file is mapped),
+    so that expiry deleting the checkpoint later cannot take them away from a
+    state that uses them. The first read of ``path`` checks the paths: unique,
+    and absolute only where the database allows it (``allow_external``).
+    """
+
+    def __init__(
+        self,
+        layout: FileLayout,
+        parts: Sequence[PartRef],
+        fetch: PartFetcher,
+        *,
+        allow_external: bool,
+        origin: str,
+    ) -> None:
+        self._layout = layout
+        self._parts = tuple(parts)
+        self._fetch = fetch
+        self._allow_external = allow_external
+        self._origin = origin
+        self._lock = threading.Lock()
+        self._data: list[pa.Buffer] | None = None
+        self._columns: dict[str, pa.ChunkedArray] = {}
+
+    @property
+    def num_rows(self) -> int:
+        return sum(p.files for p in self._parts)
+
+    @property
+    def fetched(self) -> bool:
+        return self._data is not None
+
+    def read(self, columns: Sequence[str]) -> pa.Table:
+        with self._lock:
+            missing = [c for c in columns if c not in self._columns]
+            if PATH not in self._columns and PATH not in missing:
+                missing.append(PATH)  # checked before anything is used
+            if missing:
+                self._load(missing)
+            arrays = [self._columns[c] for c in columns]
+        return pa.Table.from_arrays(arrays, schema=pa.schema([self._field(c) for c in columns]))
+
+    def _field(self, name: str) -> pa.Field:
+        return self._layout.schema.field(name)
+
+    def _pinned(self) -> list[pa.Buffer]:
+        if self._data is None:
+            if len(self._parts) <= 1:
+                self._data = [self._fetch(p) for p in self._parts]
+            else:
+                with ThreadPoolExecutor(max_workers=min(8, len(self._parts))) as pool:
+                    self._data = list(pool.map(self._fetch, self._parts))
+        return self._data
+
+    def _decode(self, names: list[str] | None) -> list[pa.Table]:
+        data = self._pinned()
+        if len(self._parts) <= 1:
+            return [decode_part(p, d, names) for p, d in zip(self._parts, data, strict=True)]
+        with ThreadPoolExecutor(max_workers=min(8, len(self._parts))) as pool:
+            return list(
+                pool.map(
+                    lambda pd: decode_part(pd[0], pd[1], names), zip(self._parts, data, strict=True)
+                )
+            )
+
+    def _load(self, names: list[str]) -> None:
+        pieces = self._decode(names)
+        loaded: dict[str, pa.ChunkedArray] = {}
+        for name in names:
+            target = self._field(name)
+            chunks: list[pa.Array] = []
+            for part, piece in zip(self._parts, pieces, strict=True):
+                if name in piece.column_names:
+                    chunks.extend(self._layout.conform(piece, [name]).column(0).chunks)
+                else:
+                    chunks.append(pa.nulls(part.files, target.type))
+            loaded[name] = pa.chunked_array(chunks, type=target.type)
+        if PATH in loaded:
+            check_paths_of(loaded[PATH], self._allow_external, self._origin)
+        self._columns.update(loaded)
+
+    def pieces(self) -> Iterator[pa.Table]:
+        names = self._layout.schema.names
+        with self._lock:
+            cached = all(n in self._columns for n in names)
+        if cached:
+            yield self.read(names)
+            return
+        self.read([PATH])  # fetched, and checked as a whole
+        assert self._data is not None
+        for part, data in zip(self._parts, self._data, strict=True):
+            yield self._layout.conform(decode_part(part, data, None, paths_checked=True))
+
+
+def check_paths_of(paths: pa.ChunkedArray, allow_external: bool, origin: str) -> None:
+    """A checkpoint's paths for one table: unique, and absolute only where allowed."""
+    if len(pc.unique(paths)) != len(paths):
+        raise CorruptLog(origin, "a data file is listed twice")
+    if not allow_external and has_external_paths(paths):
+        raise CorruptLog(origin, "absolute data paths in a database that does not allow them")
+
+
+class LiveFiles(Mapping[str, AddFile]):
+    """The live files of one table at one version (immutable; caches are filled lazily).
+
+    Rows are the base's rows whose path no later commit touched, then the
+    files later commits added, in the order they were added.
+    """
+
+    def __init__(
+        self,
+        table_id: str,
+        layout: FileLayout,
+        base: FileSource | None = None,
+        removed: frozenset[str] = frozenset(),
+        added: pa.Table | None = None,
+        *,
+        version: int = -1,
+        reload: Reload | None = None,
+    ) -> None:
+        self.table_id = table_id
+        self.layout = layout
+        self._base = base if base is not None and base.num_rows else None
+        self._removed = removed if self._base is not None else frozenset()
+        self._added = added if added is not None else layout.empty()
+        #: The versions these are the table's files at: from ``version`` to ``_seen``.
+        self.version = version
+        self._seen = version
+        self._reload = reload
+        self._lock = threading.RLock()
+        self._keep: pa.Array | None = None  # mask of the base's rows still live
+        self._cache: dict[str, pa.ChunkedArray] = {}
+        self._index: dict[str, int] | None = None
+        self._objects: list[AddFile] | None = None
+
+    # --- construction ---------------------------------------------------------------
+
+    @staticmethod
+    def empty(meta: TableMeta) -> LiveFiles:
+        return LiveFiles(meta.id, FileLayout.of(meta))
+
+    @staticmethod
+    def from_adds(meta: TableMeta, adds: Iterable[AddFile]) -> LiveFiles:
+        layout = FileLayout.of(meta)
+        return LiveFiles(meta.id, layout, added=adds_to_columns(layout, list(adds)))
+
+    def with_meta(self, meta: TableMeta, version: int) -> LiveFiles:
+        """The same files under new table metadata (new statistics columns, widened types)."""
+        layout = FileLayout.of(meta)
+        if layout == self.layout:
+            return self
+        with self._lock:
+            return LiveFiles(
+                self.table_id,
+                layout,
+                self._base,
+                self._removed,
+                self._added,
+                version=version,
+                reload=self._reload,
+            )
+
+    def seen(self, version: int) -> None:
+        """These are also the table's files at ``version`` (a later, committed one).
+
+        Only for versions known committed: a state built to validate a commit
+        that may still lose its race must not say so.
+        """
+        with self._lock:
+            self._seen = max(self._seen, version)
+
+    def apply(
+        self, meta: TableMeta, adds: Sequence[AddFile], touched: Iterable[str], version: int
+    ) -> LiveFiles:
+        """The files at ``version``, after a batch of commits: ``touched`` paths leave,
+        then ``adds`` join.
+
+        ``touched`` holds every path the batch added or removed; ``adds`` the
+        files whose last action in the batch added them, in order.
+        """
+        layout = FileLayout.of(meta)
+        touched = frozenset(touched)
+        with self._lock:
+            base, removed, added = self._base, self._removed, self._added
+        if touched and added.num_rows:
+            gone = pc.is_in(added.column(PATH), value_set=pa.array(list(touched), pa.string()))
+            if pc.any(gone).as_py():
+                added = added.filter(pc.invert(gone))
+        fresh = adds_to_columns(layout, adds)
+        if added.schema != layout.schema:
+            added = layout.conform(added)
+        added = pa.concat_tables([added, fresh]) if added.num_rows else fresh
+        if added.column(PATH).num_chunks > 64:
+            added = added.combine_chunks()
+        removed = removed | touched if base is not None else frozenset()
+        result = LiveFiles(
+            self.table_id, layout, base, removed, added, version=version, reload=self._reload
+        )
+        base_rows = base.num_rows if base is not None else 0
+        if base is not None and len(removed) + added.num_rows > max(FOLD_MIN, base_rows // 4):
+            return result.folded()
+        return result
+
+    def folded(self) -> LiveFiles:
+        """The same files with the delta folded into an in-memory base."""
+        table = self.table()
+        return LiveFiles(
+            self.table_id,
+            self.layout,
+            TableSource(self.layout, table),
+            version=self.version,
+            reload=self._reload,
+        )
+
+    def _from_base(self, read: Callable[[], T]) -> T:
+        """``read()`` of the base; if a part has gone meanwhile, the files are read anew.
+
+        A state keeps a checkpoint's parts unread until it needs them, and
+        expiry may delete that checkpoint in between: the files are then read
+        again at a committed version they are known to be current at, through
+        whatever checkpoint holds that version now.
+        """
+        try:
+            return read()
+        except PartMissing:
+            if self._reload is None:
+                raise
+            with self._lock:
+                fresh = self._reload(self.table_id, self._seen)
+                if fresh.layout != self.layout:
+                    raise
+                self._base, self._removed, self._added = fresh._base, fresh._removed, fresh._added
+                self._keep = None
+                self._cache.clear()
+        return read()
+
+    # --- columns ----------------------------------------------------------------------
+
+    @property
+    def num_files(self) -> int:
+        if self._base is None:
+            return int(self._added.num_rows)
+        keep = self._base_keep()
+        kept = self._base.num_rows if keep is None else int(pc.sum(keep).as_py() or 0)
+        return kept + int(self._added.num_rows)
+
+    def columns(self, names: Sequence[str]) -> pa.Table:
+        """The live files' ``names`` columns (of :attr:`layout`), one row per file."""
+        names = list(names)
+        with self._lock:
+            missing = [n for n in names if n not in self._cache]
+            if missing:
+                self._fill(missing)
+            arrays = [self._cache[n] for n in names]
+        schema = pa.schema([self.layout.schema.field(n) for n in names])
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    def table(self) -> pa.Table:
+        """Every column."""
+        return self.columns(self.layout.schema.names)
+
+    def _base_read(self, names: Sequence[str]) -> pa.Table:
+        if self._base is None:  # none (any more: files read anew have no base)
+            return self.layout.empty().select(list(names))
+        return self._base.read(names)
+
+    def _fill(self, names: list[str]) -> None:
+        base = self._from_base(lambda: self._base_read(names))  # first: may read anew
+        keep = self._base_keep()
+        if keep is not None:
+            base = base.filter(keep)
+        added = self.layout.conform(self._added, names)
+        for name in names:
+            chunks = base.column(name).chunks + added.column(name).chunks
+            column = pa.chunked_array(chunks, type=self.layout.schema.field(name).type)
+            self._cache[name] = _normalized(name, column)
+
+    def _base_keep(self) -> pa.Array | None:
+        """The mask of the base's rows still live (None: all of them)."""
+        if self._base is None or not self._removed:
+            return None
+        with self._lock:
+            if self._keep is None:
+                paths = self._from_base(lambda: self._base_read([PATH])).column(PATH)
+                removed = pa.array(list(self._removed), pa.string())
+                self._keep = pc.invert(pc.is_in(paths, value_set=removed))
+                if isinstance(self._keep, pa.ChunkedArray):
+                    self._keep = self._keep.combine_chunks()
+            return self._keep
+
+    def pieces(self) -> Iterator[pa.Table]:
+        """Every column, a bounded piece at a time (what a checkpoint writes)."""
+        with self._lock:
+            whole = all(n in self._cache for n in self.layout.schema.names)
+        if not whole and self._base is not None:
+            self._from_base(lambda: self._base_read([PATH]))  # fetched (or read anew) first
+        if whole or self._base is None:
+            yield self.table()
+            return
+        removed = pa.array(list(self._removed), pa.string()) if self._removed else None
+        for piece in self._base.pieces():
+            if removed is not None:
+                piece = piece.filter(pc.invert(pc.is_in(piece.column(PATH), value_set=removed)))
+            yield _normalize_table(piece)
+        yield _normalize_table(self.layout.conform(self._added))
+
+    def total(self, column: str) -> int:
+        """The sum of an integer column (``rows``, ``size``) over the live files."""
+        if self.num_files == 0:
+            return 0
+        return int(pc.sum(self.columns([column]).column(0)).as_py() or 0)
+
+    @property
+    def rows(self) -> int:
+        return self.total(ROWS)
+
+    @property
+    def size(self) -> int:
+        return self.total(SIZE)
+
+    # --- objects ----------------------------------------------------------------------
+
+    def take(
+        self, indices: Sequence[int] | pa.Array, columns: Sequence[str] | None = None
+    ) -> list[AddFile]:
+        """AddFile objects for some rows; built from ``columns`` (default: all).
+
+        Objects built from fewer columns hold only their statistics: enough to
+        read the files, not to write them into a commit.
+        """
+        names = list(self.layout.schema.names if columns is None else columns)
+        for core in CORE:
+            if core not in names:
+                names.append(core)
+        for part in self.layout.partition_columns:
+            name = f"partition:{part}"
+            if name not in names:
+                names.append(name)
+        table = self.columns(names)
+        if isinstance(indices, range) and len(indices) == table.num_rows and indices.step == 1:
+            chosen = table
+        elif isinstance(indices, pa.Array | pa.ChunkedArray):
+            chosen = table.take(pc.cast(indices, pa.int64()))
+        else:
+            chosen = table.take(pa.array(list(indices), pa.int64()))
+        return columns_to_adds(self.layout, self.table_id, chosen)
+
+    def _all(self) -> list[AddFile]:
+        with self._lock:
+            if self._objects is None:
+                self._objects = columns_to_adds(self.layout, self.table_id, self.table())
+            return self._objects
+
+    def _paths(self) -> dict[str, int]:
+        with self._lock:
+            if self._index is None:
+                paths = self.columns([PATH]).column(0).to_pylist()
+                self._index = {p: i for i, p in enumerate(paths)}
+            return self._index
+
+    def __getitem__(self, path: str) -> AddFile:
+        i = self._paths()[path]
+        with self._lock:
+            if self._objects is not None:
+                return self._objects[i]
+        return self.take([i])[0]
+
+    def __contains__(self, path: object) -> bool:
+        return isinstance(path, str) and path in self._paths()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths())
+
+    def __len__(self) -> int:
+        return self.num_files
+
+    def values(self) -> ValuesView[AddFile]:
+        return _Values(self)
+
+    def items(self) -> ItemsView[str, AddFile]:
+        return _Items(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LiveFiles) and other.layout == self.layout:
+            if self.num_files != other.num_files:
+                return False
+            mine = self.table().sort_by(PATH)
+            theirs = other.table().sort_by(PATH)
+            return bool(mine.equals(theirs))
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<LiveFiles table={self.table_id} files={self.num_files}>"
+
+
+class _Values(ValuesView[AddFile]):
+    _mapping: LiveFiles
+
+    def __iter__(self) -> Iterator[AddFile]:
+        return iter(self._mapping._all())
+
+
+class _Items(ItemsView[str, AddFile]):
+    _mapping: LiveFiles
+
+    def __iter__(self) -> Iterator[tuple[str, AddFile]]:
+        return ((a.path, a) for a in self._mapping._all())
+
+
+def _normalized(name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A missing ``data_change`` (format-1 checkpoints do not keep it) reads as true."""
+    if name == DATA_CHANGE and column.null_count:
+        return pc.fill_null(column, True)
+    return column
+
+
+def _normalize_table(table: pa.Table) -> pa.Table:
+    i = table.schema.get_field_index(DATA_CHANGE)
+    column = table.column(i)
+    if column.null_count:
+        table = table.set_column(i, table.schema.field(i), pc.fill_null(column, True))
+    return table
+
+
+def sum_column(files: Mapping[str, AddFile], column: str) -> int:
+    """``rows`` or ``size`` summed over ``files`` (columns when they are LiveFiles)."""
+    if isinstance(files, LiveFiles):
+        return files.total(column)
+    return sum(getattr(a, column) for a in files.values())
