@@ -391,6 +391,12 @@ def external_location(table_id: str, path: str) -> tuple[str, str]:
     return root, key
 
 
+def _or_empty(body: dict[str, Any], name: str) -> Any:
+    """An optional object field: absent or null is ``{}`` (docs/format.md §2)."""
+    value = body.get(name)
+    return {} if value is None else value
+
+
 def _str_dict(obj: Any, what: str, allow_none: bool = False) -> dict[str, Any]:
     if not isinstance(obj, dict) or not all(
         isinstance(k, str) and (isinstance(v, str) or (allow_none and v is None))
@@ -427,7 +433,7 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
     if kind == "database":
         return DatabaseMeta(
             _get(body, "id", str),
-            _str_dict(body.get("properties", {}), "properties"),
+            _str_dict(_or_empty(body, "properties"), "properties"),
             _ms(body, "createdTime"),
         )
     if kind == "metadata":
@@ -443,7 +449,7 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
             _get(body, "name", str),
             schema,
             tuple(parts),
-            _str_dict(body.get("properties", {}), "properties"),
+            _str_dict(_or_empty(body, "properties"), "properties"),
             _ms(body, "createdTime"),
         )
     if kind == "add":
@@ -454,7 +460,7 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
             path=_data_path(table_id, _get(body, "path", str)),
             size=_count(body, "size"),
             rows=_count(body, "rows"),
-            partition_values=_str_dict(body.get("partitionValues", {}), "partitionValues", True),
+            partition_values=_str_dict(_or_empty(body, "partitionValues"), "partitionValues", True),
             stats=stats,
             modification_time=_ms(body, "modificationTime"),
             data_change=bool(_get(body, "dataChange", bool, optional=True) is not False),
