@@ -460,7 +460,7 @@ def _mere_checkpoint_v2(
                 "nulls:ts": zeros,
             }
         ).replace_schema_metadata({"mere.tableId": TABLE_ID})
-        pq.write_table(table, log / name, compression="zstd")
+        pq.write_table(table, log / name, compression="zstd", use_dictionary=False)
         parts.append((name, (log / name).stat().st_size, len(chunk)))
     rows = len(parts)
     cols: dict[str, list[Any]] = {

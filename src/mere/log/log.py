@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from enum import Enum
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from mere.errors import (
     AlreadyExists,
@@ -37,6 +36,7 @@ from mere.log.checkpoint import (
     delete_parts,
     encode_manifest,
     fetch_part,
+    has_duplicates,
     read_part,
 )
 from mere.log.keys import (
@@ -371,7 +371,7 @@ class Log:
             tables = [layout.conform(t) for t in self.read_parts(parts, None)]
             files[table_id] = pa.concat_tables(tables)
             paths = files[table_id].column("path")
-            if len(pc.unique(paths)) != len(paths):
+            if has_duplicates(paths):
                 raise CorruptLog(checkpoint_key(version), "a data file is listed twice")
         return replace(checkpoint, files=files, parts={})
 

@@ -104,7 +104,7 @@ class PartsSource:
         self._parts = tuple(parts)
         self._fetch = fetch
         self._allow_external = allow_external
-        self._origin = origin
+        self.origin = origin
         self._lock = threading.Lock()
         self._data: list[pa.Buffer] | None = None
         self._columns: dict[str, pa.ChunkedArray] = {}
@@ -163,7 +163,7 @@ class PartsSource:
                     chunks.append(pa.nulls(part.files, target.type))
             loaded[name] = pa.chunked_array(chunks, type=target.type)
         if PATH in loaded:
-            check_paths_of(loaded[PATH], self._allow_external, self._origin)
+            check_paths_of(loaded[PATH], self._allow_external, self.origin)
         self._columns.update(loaded)
 
     def pieces(self) -> Iterator[pa.Table]:
@@ -180,9 +180,12 @@ class PartsSource:
 
 
 def check_paths_of(paths: pa.ChunkedArray, allow_external: bool, origin: str) -> None:
-    """A checkpoint's paths for one table: unique, and absolute only where allowed."""
-    if len(pc.unique(paths)) != len(paths):
-        raise CorruptLog(origin, "a data file is listed twice")
+    """A checkpoint's paths for one table: absolute only where allowed.
+
+    That no path is listed twice is checked when a checkpoint is read whole
+    (``mere check``) and when the files are first used as a mapping, not on
+    every open: a sort of a million paths would double its cost.
+    """
     if not allow_external and has_external_paths(paths):
         raise CorruptLog(origin, "absolute data paths in a database that does not allow them")
 
@@ -433,6 +436,7 @@ class LiveFiles(Mapping[str, AddFile]):
         return columns_to_adds(self.layout, self.table_id, chosen)
 
     def _all(self) -> list[AddFile]:
+        self._paths()  # checked: no path twice
         with self._lock:
             if self._objects is None:
                 self._objects = columns_to_adds(self.layout, self.table_id, self.table())
@@ -442,7 +446,10 @@ class LiveFiles(Mapping[str, AddFile]):
         with self._lock:
             if self._index is None:
                 paths = self.columns([PATH]).column(0).to_pylist()
-                self._index = {p: i for i, p in enumerate(paths)}
+                index = {p: i for i, p in enumerate(paths)}
+                if len(index) != len(paths):
+                    raise CorruptLog(_origin(self._base), "a data file is listed twice")
+                self._index = index
             return self._index
 
     def __getitem__(self, path: str) -> AddFile:
@@ -494,6 +501,10 @@ class _Items(ItemsView[str, AddFile]):
 
     def __iter__(self) -> Iterator[tuple[str, AddFile]]:
         return ((a.path, a) for a in self._mapping._all())
+
+
+def _origin(base: FileSource | None) -> str:
+    return getattr(base, "origin", "") or "the checkpoint of a table's files"
 
 
 def _normalized(name: str, column: pa.ChunkedArray) -> pa.ChunkedArray:
