@@ -367,7 +367,7 @@ def test_a_damaged_part_is_a_corrupt_log(big: mere.Database, defect: str) -> Non
         big.store.put_if_absent(key, sink.getvalue())
     fresh = mere.connect(big.store, create=False)
     with pytest.raises(CorruptLog):
-        fresh.snapshot().table("t").files  # as objects: every check
+        _ = fresh.snapshot().table("t").files  # as objects: every check
     with pytest.raises(CorruptLog):
         big.log.read_checkpoint(version)  # what mere check reads
 
