@@ -376,8 +376,8 @@ def test_point_lookup_reads_one_file_of_thousands(big: mere.Database) -> None:
     big.checkpoint()
     fresh = mere.connect(big.store, create=False)
     snapshot = fresh.snapshot().table("t")
+    from mere.snapshot.planning import select_files
     from mere.snapshot.scan import plan_scan
-    from mere.snapshot.vectorized import select_files
 
     plan = plan_scan(snapshot.meta, None, "id = 1000000000")
     chosen = select_files(plan, fresh.latest_state().table_by_name("t"))  # type: ignore[arg-type]

@@ -31,14 +31,15 @@ from mere.log.checkpoint import (
     has_external_paths,
 )
 from mere.log.columns import (
-    CORE,
     DATA_CHANGE,
+    MODIFIED,
     PATH,
     ROWS,
     SIZE,
     FileLayout,
     adds_to_columns,
     columns_to_adds,
+    partition_column,
 )
 
 T = TypeVar("T")
@@ -415,17 +416,13 @@ class LiveFiles(Mapping[str, AddFile]):
     ) -> list[AddFile]:
         """AddFile objects for some rows; built from ``columns`` (default: all).
 
-        Objects built from fewer columns hold only their statistics: enough to
-        read the files, not to write them into a commit.
+        Objects built from fewer columns hold only those statistics, and a
+        modification time of 0 unless it is among them: enough to read the
+        files, not to write them into a commit.
         """
         names = list(self.layout.schema.names if columns is None else columns)
-        for core in CORE:
-            if core not in names:
-                names.append(core)
-        for part in self.layout.partition_columns:
-            name = f"partition:{part}"
-            if name not in names:
-                names.append(name)
+        needed = [PATH, SIZE, ROWS, *(partition_column(p) for p in self.layout.partition_columns)]
+        names += [n for n in needed if n not in names]
         table = self.columns(names)
         if isinstance(indices, range) and len(indices) == table.num_rows and indices.step == 1:
             chosen = table
@@ -433,6 +430,10 @@ class LiveFiles(Mapping[str, AddFile]):
             chosen = table.take(pc.cast(indices, pa.int64()))
         else:
             chosen = table.take(pa.array(list(indices), pa.int64()))
+        if MODIFIED not in names:
+            chosen = chosen.append_column(
+                self.layout.schema.field(MODIFIED), pa.array([0] * chosen.num_rows, pa.int64())
+            )
         return columns_to_adds(self.layout, self.table_id, chosen)
 
     def _all(self) -> list[AddFile]:

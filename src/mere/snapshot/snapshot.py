@@ -12,9 +12,9 @@ from mere.constraints import primary_key
 from mere.errors import TableNotFound
 from mere.log.actions import AddFile, TableMeta
 from mere.names import check_table_name
+from mere.snapshot.planning import select_files
 from mere.snapshot.scan import plan_scan, scan_batches, scan_files
 from mere.snapshot.state import DatabaseState, TableState
-from mere.snapshot.vectorized import select_files
 from mere.storage.base import ObjectStore
 
 if TYPE_CHECKING:
