@@ -24,7 +24,7 @@ import mere.spark
 
 pytestmark = pytest.mark.spark
 
-WAIT = 60.0  # upper bound for any single wait (threads, processes, barriers)
+WAIT = 150.0  # upper bound for any single wait (threads, processes, barriers); generous: CI load
 ROWS = 2_000  # rows per writer / per batch
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("batch", pa.int64())])
