@@ -10,6 +10,11 @@ failure also rolls the whole transaction back and stops the script, as
 and ``RELEASE`` map to the transaction's savepoints, which stay open across
 statements (and across calls of :meth:`Session.execute`).
 
+An interactive shell wants a mistake inside ``BEGIN`` to cost only the
+mistaken statement, as psql's ``ON_ERROR_ROLLBACK=interactive`` does:
+``Session(db, on_error="statement")`` keeps the transaction open after a
+failing statement (the statement itself is undone; the caller decides).
+
 A session can also run inside a transaction the caller owns
 (:meth:`Session.inside`, what ``tx.sql`` uses): there ``BEGIN``, ``COMMIT`` and
 ``ROLLBACK`` are refused, a failing statement leaves the transaction as it was
@@ -21,10 +26,11 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 
+from mere.errors import InvalidArgument
 from mere.names import name_key
 from mere.sql.catalog import History, SnapshotCatalog, TransactionCatalog, history_of
 from mere.sql.errors import SQLError, UnsupportedSQL
@@ -68,10 +74,30 @@ class _Savepoint:
 class Session:
     """A SQL session on a database: runs scripts, keeps an open transaction between them."""
 
-    def __init__(self, db: DatabaseContext, *, transaction: Transaction | None = None) -> None:
+    def __init__(
+        self,
+        db: DatabaseContext,
+        *,
+        transaction: Transaction | None = None,
+        on_error: Literal["transaction", "statement"] = "transaction",
+    ) -> None:
+        """A session on ``db``.
+
+        Args:
+            transaction: run in this transaction (see :meth:`inside`).
+            on_error: what a failing statement inside ``BEGIN`` rolls back:
+                the whole transaction (``"transaction"``, for scripts), or only
+                itself, leaving the transaction open (``"statement"``, for
+                interactive shells). A failed ``COMMIT`` always ends the transaction.
+        """
+        if on_error not in ("transaction", "statement"):
+            raise InvalidArgument(
+                f"on_error must be 'transaction' or 'statement', not {on_error!r}"
+            )
         self._db = db
         self._tx = transaction
         self._owned = transaction is None  # BEGIN/COMMIT/ROLLBACK are ours to run
+        self._keep_on_error = on_error == "statement"
         self._savepoints: list[_Savepoint] = []
 
     @classmethod
@@ -100,7 +126,8 @@ class Session:
                 result = self._run(statement)
             except Exception:
                 if self._owned and self._tx is not None:
-                    self.rollback()
+                    if not (self._keep_on_error and self._tx.status == "open"):
+                        self.rollback()
                 elif not self._owned:
                     self._release_all()
                 raise
