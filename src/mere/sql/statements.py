@@ -9,22 +9,38 @@ the log are exactly those of ``TxTable.append/update/delete/merge``,
 ``INSERT INTO t [(cols)] VALUES ... | SELECT ...``     DuckDB evaluates the rows (with its cast
                                                        rules, into a scratch table of ``t``'s
                                                        types); ``TxTable.append`` writes them
+``... ON CONFLICT [(key)] DO NOTHING``,                ``append(on_duplicate="skip")``
+``INSERT OR IGNORE INTO ...``
+``... ON CONFLICT [(key)] DO UPDATE SET c =``          ``append(on_duplicate="update")`` when
+``excluded.c, ...``, ``INSERT OR REPLACE INTO ...``    every non-key column is set to its new
+                                                       value; otherwise (some columns,
+                                                       expressions, ``WHERE``) ``TxTable.merge``
+                                                       on the key
 ``UPDATE t [AS a] SET c = expr, ... [WHERE cond]``     ``TxTable.update``
 ``DELETE FROM t [AS a] [WHERE cond]``                  ``TxTable.delete`` (no WHERE: every row)
 ``MERGE INTO t USING src ON ... WHEN ...``             ``TxTable.merge`` (``src``: a table or a
                                                        subquery, run by DuckDB)
 ``CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t (...)``  ``create_table`` (+ ``add_check``);
-``[PARTITIONED BY (cols)]``, ``... AS SELECT``         CTAS appends DuckDB's rows
+``[PARTITIONED BY (cols)]``, ``... AS SELECT``         CTAS appends DuckDB's rows;
+``c T PRIMARY KEY``, ``[CONSTRAINT n] PRIMARY KEY``    ``primary_key=[...]``
+``(a, b)``
 ``DROP TABLE [IF EXISTS] t [, ...]``                   ``drop_table``
 ``ALTER TABLE t ADD COLUMN | RENAME COLUMN ... TO |``  ``AlterTable.add_column`` / ``rename_column``
 ``ALTER COLUMN c TYPE | ADD CONSTRAINT n CHECK (...)`` / ``widen_column`` / ``add_check`` /
-``| DROP CONSTRAINT n``                                ``drop_check``
+``| DROP CONSTRAINT n | ADD PRIMARY KEY (cols)``       ``drop_check`` / ``set_primary_key``
 =====================================================  ==========================================
 
 Conditions and values of UPDATE, DELETE and MERGE are evaluated by mere's
 expression engine (:mod:`mere.expr`, the subset its docs list; a subquery, for
 one, is refused). Their parameters (``?``, ``$1``, ``$name``) are replaced by
 typed literal nodes in the parsed tree, never spliced into text.
+
+ON CONFLICT follows DuckDB: the conflict target, if named, must be the
+table's primary key; in ``DO UPDATE`` a bare column is the existing row's and
+``excluded.c`` the new row's value; ``DO NOTHING`` keeps the first of rows
+repeating a key. Unlike DuckDB (which keeps the first), a key repeated within
+one ``DO UPDATE`` statement raises (``DuplicateKey``, or ``ConstraintViolation``
+when it also matches a row), as PostgreSQL does.
 
 DML returns a one-row table: ``count`` (rows inserted, updated or deleted);
 MERGE adds ``inserted``, ``updated`` and ``deleted``. DDL returns None.
@@ -50,8 +66,15 @@ from mere.sql import engine
 from mere.sql.catalog import Catalog
 from mere.sql.errors import SQLError, UnsupportedSQL
 from mere.sql.query import connection, register_tables
-from mere.sql.script import Statement, TimeTravel, rewrite_time_travel, tokenize
+from mere.sql.script import (
+    Statement,
+    TimeTravel,
+    quote_identifier,
+    rewrite_time_travel,
+    tokenize,
+)
 from mere.sql.types import arrow_type
+from mere.txn.keys import key_columns
 from mere.txn.transaction import Transaction
 
 DIALECT = "duckdb"
@@ -215,13 +238,14 @@ def insert(
     travels: Sequence[TimeTravel] = (),
 ) -> pa.Table:
     """INSERT: DuckDB computes the rows into a scratch table of the target's types."""
-    _refuse(tree, ("conflict", "returning"), "INSERT ... ON CONFLICT / RETURNING")
-    _refuse(tree, ("overwrite", "alternative", "ignore"), "INSERT OVERWRITE / OR REPLACE / IGNORE")
+    _refuse(tree, ("returning",), "INSERT ... RETURNING")
+    _refuse(tree, ("overwrite", "ignore"), "INSERT OVERWRITE / IGNORE")
     _refuse(tree, ("where", "partition", "using", "stored", "settings"), "this INSERT form")
     target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
     name = table_name(target, "INSERT")
     table = tx.table(name)
-    text = _retarget_insert(statement)
+    upsert = _on_conflict(table, tree, target)
+    text = _retarget_insert(statement, bool(tree.args.get("conflict")))
     con = engine.cursor(catalog.store)
     try:
         scratch = pa.schema([pa.field(f.name, f.type) for f in table.schema])
@@ -234,11 +258,17 @@ def insert(
         rows = engine.run(con, f"SELECT * FROM {_TARGET}", None)
     finally:
         con.close()
-    return _count(table.append(rows))
+    if upsert is None:
+        return _count(table.append(rows))
+    return _count(upsert(rows))
 
 
-def _retarget_insert(statement: Statement) -> str:
-    """The INSERT's text with its target table replaced by the scratch table."""
+def _retarget_insert(statement: Statement, conflict: bool = False) -> str:
+    """The INSERT's text with its target table replaced by the scratch table.
+
+    ``OR IGNORE`` / ``OR REPLACE`` and (``conflict``) the trailing ``ON
+    CONFLICT`` clause are cut: mere carries them out, the scratch table has no key.
+    """
     tokens = statement.tokens
     into = next((i for i, t in enumerate(tokens) if t.token_type == TokenType.INTO), None)
     if into is None or into + 1 >= len(tokens):
@@ -247,7 +277,136 @@ def _retarget_insert(statement: Statement) -> str:
     while end + 2 < len(tokens) and tokens[end + 1].token_type == TokenType.DOT:
         end += 2
     text = statement.text
-    return text[: tokens[into + 1].start] + _TARGET + text[tokens[end].end + 1 :]
+    head = text[: tokens[into + 1].start]
+    verb = next((t for t in tokens[:into] if t.token_type == TokenType.INSERT), None)
+    if verb is not None and tokens[into - 1] is not verb:  # INSERT OR IGNORE/REPLACE INTO
+        head = text[: verb.end + 1] + " INTO "
+    tail_end = len(text)
+    if conflict:
+        tail_end = _conflict_start(statement, end + 1)
+    return head + _TARGET + text[tokens[end].end + 1 : tail_end]
+
+
+def _conflict_start(statement: Statement, start: int) -> int:
+    """Where the INSERT's ``ON CONFLICT`` clause begins in its text (the last at depth 0)."""
+    tokens = statement.tokens
+    depth = 0
+    found: int | None = None
+    for i in range(start, len(tokens) - 1):
+        kind = tokens[i].token_type
+        if kind == TokenType.L_PAREN:
+            depth += 1
+        elif kind == TokenType.R_PAREN:
+            depth -= 1
+        elif depth == 0 and kind == TokenType.ON and tokens[i + 1].text.upper() == "CONFLICT":
+            found = tokens[i].start
+    if found is None:
+        raise UnsupportedSQL("INSERT ... ON CONFLICT: cannot find the ON CONFLICT clause")
+    return found
+
+
+_EXCLUDED = "excluded"
+
+
+def _on_conflict(table: Any, tree: exp.Insert, target: exp.Table) -> Any:
+    """What ``ON CONFLICT`` / ``OR IGNORE`` / ``OR REPLACE`` makes of the rows (None: plain).
+
+    Returns a function of the rows that writes them and returns the count.
+    """
+    alternative = str(tree.args.get("alternative") or "").upper()
+    conflict = tree.args.get("conflict")
+    if alternative not in ("", "IGNORE", "REPLACE"):
+        raise UnsupportedSQL(f"INSERT OR {alternative} is not supported")
+    if not alternative and conflict is None:
+        return None
+    if conflict is not None and conflict.args.get("constraint") is not None:
+        raise UnsupportedSQL("INSERT ... ON CONFLICT ON CONSTRAINT is not supported; name (key)")
+    if conflict is not None and conflict.args.get("duplicate"):
+        raise UnsupportedSQL("INSERT ... ON DUPLICATE KEY is not supported; use ON CONFLICT")
+    keys = key_columns(table.meta)
+    what = f"INSERT OR {alternative}" if alternative else "INSERT ... ON CONFLICT"
+    if not keys:
+        raise InvalidArgument(
+            f"{what}: table {table.name!r} has no primary key",
+            help="declare one: CREATE TABLE t (id BIGINT PRIMARY KEY, ...) or "
+            "ALTER TABLE t ADD PRIMARY KEY (id)",
+        )
+    if alternative == "IGNORE":
+        return lambda rows: table.append(rows, on_duplicate="skip")
+    if alternative == "REPLACE" or conflict is None:
+        return lambda rows: table.append(rows, on_duplicate="update")
+    named = conflict.args.get("conflict_keys") or []
+    if named:
+        columns = [k.this if isinstance(k, exp.Ordered) else k for k in named]
+        if not all(isinstance(c, exp.Column | exp.Identifier) for c in columns) or sorted(
+            name_key(c.name) for c in columns
+        ) != sorted(name_key(k) for k in keys):
+            raise InvalidArgument(
+                f"ON CONFLICT ({', '.join(_sql(c) for c in named)}): the conflict target "
+                f"must be table {table.name!r}'s primary key ({', '.join(keys)})"
+            )
+    action = conflict.args.get("action")
+    verb = action.name.upper() if isinstance(action, exp.Var) else ""
+    if verb == "DO NOTHING":
+        return lambda rows: table.append(rows, on_duplicate="skip")
+    if verb != "DO UPDATE":
+        raise UnsupportedSQL(f"ON CONFLICT {verb or _sql(conflict)!r} is not supported")
+    alias = target.alias or target.name
+    names = {name_key(alias)}
+    values: dict[str, str] = {}
+    plain = True
+    for item in conflict.expressions:
+        if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
+            raise UnsupportedSQL(
+                f"ON CONFLICT DO UPDATE assignment {_sql(item)!r} is not supported"
+            )
+        column = item.this
+        if column.table and name_key(column.table) not in names:
+            raise UnsupportedSQL(
+                f"ON CONFLICT DO UPDATE sets {_sql(column)}, a column of another table"
+            )
+        value = _upsert_value(item.expression, alias, names)
+        values[column.name] = _sql(value)
+        source = item.expression
+        plain = plain and (
+            isinstance(source, exp.Column)
+            and name_key(source.table) == _EXCLUDED
+            and name_key(source.name) == name_key(column.name)
+        )
+    where = conflict.args.get("where")
+    cond = _sql(_upsert_value(where.this, alias, names)) if where is not None else None
+    others = {name_key(f.name) for f in table.schema} - {name_key(k) for k in keys}
+    if plain and cond is None and others <= {name_key(c) for c in values}:
+        return lambda rows: table.append(rows, on_duplicate="update")
+    on = " AND ".join(
+        f"{quote_identifier(alias)}.{quote_identifier(k)} = {_EXCLUDED}.{quote_identifier(k)}"
+        for k in keys
+    )
+
+    def merge_rows(rows: pa.Table) -> int:
+        merger = table.merge(rows, on, source_alias=_EXCLUDED, target_alias=alias)
+        metrics = merger.when_matched_update(values, cond).when_not_matched_insert_all().execute()
+        return int(metrics.num_target_rows_inserted + metrics.num_target_rows_updated)
+
+    return merge_rows
+
+
+def _upsert_value(node: exp.Expression, alias: str, names: set[str]) -> exp.Expression:
+    """A DO UPDATE expression for MERGE: bare columns are the existing row's (``alias.c``)."""
+
+    def qualify(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column):
+            if not n.table:
+                return exp.column(n.args["this"].copy(), table=exp.to_identifier(alias))
+            if name_key(n.table) == _EXCLUDED:
+                return exp.column(n.args["this"].copy(), table=exp.to_identifier(_EXCLUDED))
+            if name_key(n.table) not in names or n.args.get("db"):
+                raise UnsupportedSQL(
+                    f"ON CONFLICT DO UPDATE: column {_sql(n)} refers to another table"
+                )
+        return n
+
+    return node.transform(qualify, copy=True)
 
 
 # --- UPDATE, DELETE ------------------------------------------------------------------------
@@ -393,17 +552,27 @@ def create(
         raise UnsupportedSQL("CREATE TABLE needs a column list or AS SELECT")
     fields: list[pa.Field] = []
     checks: list[tuple[str | None, str]] = []
+    keys: list[list[str]] = []
     for item in schema_node.expressions:
         if isinstance(item, exp.ColumnDef):
-            fields.append(_column(item, checks))
+            fields.append(_column(item, checks, keys))
         elif isinstance(item, exp.Constraint):
             for c in item.expressions:
-                checks.append((item.name, _check_sql(c)))
+                if isinstance(c, exp.PrimaryKey):
+                    keys.append(_key_names(c))
+                else:
+                    checks.append((item.name, _check_sql(c)))
+        elif isinstance(item, exp.PrimaryKey):
+            keys.append(_key_names(item))
         elif isinstance(item, exp.CheckColumnConstraint):
             checks.append((None, _check_sql(item)))
         else:
             raise UnsupportedSQL(f"table constraint {_short(_sql(item))!r} is not supported")
-    tx.create_table(name, pa.schema(fields), partition_by=partition_by)
+    if len(keys) > 1:
+        raise InvalidArgument(f"CREATE TABLE {name}: more than one PRIMARY KEY")
+    tx.create_table(
+        name, pa.schema(fields), partition_by=partition_by, primary_key=keys[0] if keys else None
+    )
     for number, (check_name, condition) in enumerate(checks, start=1):
         tx.alter_table(name).add_check(check_name or f"{name}_check{number}", condition)
     return None
@@ -430,7 +599,22 @@ def _partition_by(tree: exp.Create) -> list[str]:
     return columns
 
 
-def _column(item: exp.ColumnDef, checks: list[tuple[str | None, str]]) -> pa.Field:
+def _key_names(key: exp.PrimaryKey) -> list[str]:
+    """The column names of a ``PRIMARY KEY (a, b)`` constraint."""
+    names: list[str] = []
+    for item in key.expressions:
+        node = item.this if isinstance(item, exp.Ordered) else item
+        if not isinstance(node, exp.Identifier | exp.Column):
+            raise UnsupportedSQL(f"PRIMARY KEY takes column names, not {_sql(item)!r}")
+        names.append(node.name)
+    return names
+
+
+def _column(
+    item: exp.ColumnDef,
+    checks: list[tuple[str | None, str]],
+    keys: list[list[str]] | None = None,
+) -> pa.Field:
     kind = item.args.get("kind")
     if not isinstance(kind, exp.DataType):
         raise UnsupportedSQL(f"column {item.name!r} needs a type")
@@ -441,10 +625,13 @@ def _column(item: exp.ColumnDef, checks: list[tuple[str | None, str]]) -> pa.Fie
             nullable = bool(c.args.get("allow_null"))
         elif isinstance(c, exp.CheckColumnConstraint):
             checks.append((constraint.name or None, _check_sql(c)))
+        elif isinstance(c, exp.PrimaryKeyColumnConstraint) and keys is not None:
+            keys.append([item.name])
+            nullable = False
         else:
             raise UnsupportedSQL(
                 f"column constraint {_short(_sql(constraint))!r} is not supported",
-                help="supported: NOT NULL, NULL and CHECK (...)",
+                help="supported: NOT NULL, NULL, CHECK (...) and PRIMARY KEY (in CREATE TABLE)",
             )
     return pa.field(item.name, arrow_type(kind), nullable)
 
@@ -490,6 +677,9 @@ def _alter_one(tx: Transaction, name: str, action: exp.Expression) -> None:
         alter.rename_column(action.this.name, action.args["to"].name)
     elif isinstance(action, exp.AddConstraint):
         for constraint in action.expressions:
+            if isinstance(constraint, exp.PrimaryKey):
+                alter.set_primary_key(_key_names(constraint))
+                continue
             if not isinstance(constraint, exp.Constraint) or not constraint.name:
                 raise UnsupportedSQL("ALTER TABLE ... ADD CONSTRAINT needs a name: CONSTRAINT n")
             for c in constraint.expressions:
