@@ -217,15 +217,15 @@ def cli(as_json: bool) -> None:
 
     URI is a local path, a file:// URI or a cloud URI (s3://, az://, gs://).
     The CLI never creates a database; only the maintenance commands (restore,
-    compact, vacuum, expire, checkpoint, export, check --repair) and verify
-    write.
+    compact, vacuum, expire, checkpoint, export, check --repair), verify and
+    sql (its statements) write.
 
     \b
     Output:
       a table for people (no colour when stdout is not a terminal), or
       with --json, JSON on stdout only (before or after the command:
       `mere --json tables URI` or `mere tables URI --json`).
-    Time travel: tables, describe and scan read an older version with
+    Time travel: tables, describe, scan and sql read an older version with
     --version N, --version NAME (an export or tag) or --timestamp ISO.
     Exit status: 0 on success, 1 on an error (one `error: ...` line on
     stderr), 2 on a usage error.

@@ -25,6 +25,7 @@ from rich.console import Group
 from rich.text import Text
 
 from mere.cli import check as _check  # noqa: F401 (registers `mere check`)
+from mere.cli import sql as _sql  # noqa: F401 (registers `mere sql`)
 from mere.cli import verify as _verify  # noqa: F401 (registers `mere verify`)
 from mere.cli.common import (  # noqa: F401 (re-exported for the command modules' users)
     CliError,
