@@ -20,17 +20,28 @@ slot expiry freed. The minimum must exceed the longest a transaction runs.
 ``minimal``, ``partial`` or ``tag`` export is live, expiry keeps its version
 readable (a checkpoint at it) and vacuum keeps the data files it shares,
 whatever the retention. Both learn the live exports from the log
-(:class:`Protection`), and both read the log again before any deletion once
-their last look is older than :data:`LOG_RECHECK_SECONDS`, so an export
-registered while they run is honoured within that time; the exporter waits
-:data:`EXPORT_SETTLE_SECONDS` before it checks that what it shares is still
-there.
+(:class:`Protection`).
+
+**Deletion marks** make an export registered while they run safe without any
+wait (docs/format.md §11.9). Before each batch of deletions vacuum and expiry
+write a mark under ``_deleting/`` naming the keys of the batch, *then* read
+the log, spare what the exports registered there keep, delete, and only then
+remove the mark. An exporter does the mirror image: it commits its export,
+*then* lists the marks. Whichever writes second reads the other's write: a
+batch whose log read missed the export was marked before the exporter looked,
+so the exporter sees the mark (and waits for it to go, then checks that its
+files are still there), or the batch had already ended and the check finds
+what it deleted.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -38,7 +49,9 @@ from mere.errors import (  # noqa: F401 (re-exported)
     DataFileMissing,
     InvalidArgument,
     MereError,
+    ObjectNotFound,
     RetentionTooShort,
+    StorageError,
     VersionNotFound,
 )
 from mere.log.actions import AddFile, Commit, Export, TableMeta, is_external_path
@@ -52,13 +65,11 @@ if TYPE_CHECKING:
     from mere.snapshot.state import DatabaseState
     from mere.txn.context import DatabaseContext
 
-#: Vacuum and expiry read the log again before a deletion when their last look
-#: at it is older than this (seconds): an export registered meanwhile is honoured.
-LOG_RECHECK_SECONDS = 0.5
-#: How long an exporter waits, after registering an export that shares what a
-#: running vacuum or expiry may not know to keep, before it checks that all of it
-#: is still there: longer than :data:`LOG_RECHECK_SECONDS` plus a deletion.
-EXPORT_SETTLE_SECONDS = 1.5
+#: Where vacuum and expiry mark the batch of keys they are about to delete.
+DELETING_PREFIX = "_deleting/"
+#: How long an exporter waits for a marked batch that holds what it keeps to end
+#: (it fails cleanly after that: a liveness bound, not a safety one).
+MARK_WAIT_SECONDS = 60.0
 
 
 def check_retention(
@@ -218,28 +229,118 @@ class Protection:
 
 
 class LogWatch:
-    """Reads the commits that land while a maintenance verb runs.
+    """Reads the commits that land while a maintenance verb runs."""
 
-    ``stale`` says when the last look is older than :data:`LOG_RECHECK_SECONDS`:
-    a deletion must not be issued then before looking again.
-    """
-
-    def __init__(self, db: DatabaseContext, seen: int, looked: float) -> None:
+    def __init__(self, db: DatabaseContext, seen: int) -> None:
         self.db = db
         self.seen = seen
-        self.looked = looked  # monotonic time the last look started
-
-    @property
-    def stale(self) -> bool:
-        return time.monotonic() - self.looked > LOG_RECHECK_SECONDS
 
     def new_commits(self) -> list[Commit]:
         """The commits after the last one seen (read now)."""
-        started = time.monotonic()
         newest = self.db.log.latest_version()
         commits: list[Commit] = []
         if newest is not None and newest > self.seen:
             commits = self.db.log.read_commits(self.seen + 1, newest)
             self.seen = newest
-        self.looked = started
         return commits
+
+
+# --- deletion marks (docs/format.md §11.9) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeletionMark:
+    """A batch of keys a vacuum or expiry run is deleting (or was, if it was killed)."""
+
+    key: str
+    verb: str
+    keys: frozenset[str]
+    created_time: int  # ms since the epoch
+
+
+@contextmanager
+def marked_deletion(db: DatabaseContext, verb: str, keys: Iterable[str]) -> Iterator[None]:
+    """Mark ``keys`` as being deleted for the duration of the block.
+
+    The caller reads the log *inside* the block, after the mark exists, and
+    only then deletes: an export committed before that read is seen; one
+    committed after it finds the mark. The mark is removed only when the block
+    ends normally or with an error (a killed run leaves it: it blocks exports
+    of its keys until :func:`sweep_stale_marks` removes it).
+    """
+    mark = f"{DELETING_PREFIX}{uuid.uuid4().hex}.json"
+    body = {"verb": verb, "createdTime": int(time.time() * 1000), "keys": sorted(keys)}
+    db.store.put_if_absent(mark, json.dumps(body).encode())
+    try:
+        yield
+    except StorageError:
+        raise  # a deletion's outcome may be unknown: the mark stays, as a killed run's
+    except BaseException:
+        db.store.delete(mark)
+        raise
+    db.store.delete(mark)
+
+
+def deletion_marks(db: DatabaseContext) -> list[DeletionMark]:
+    """The marks present now (one listing, one get per mark; a mark gone meanwhile is skipped)."""
+    marks = []
+    for meta in db.store.list(DELETING_PREFIX):
+        try:
+            body = json.loads(db.store.get(meta.key))
+        except ObjectNotFound:
+            continue
+        except ValueError:  # not a mark mere wrote: it marks nothing
+            continue
+        marks.append(
+            DeletionMark(
+                meta.key,
+                str(body.get("verb", "")),
+                frozenset(str(k) for k in body.get("keys", [])),
+                int(body.get("createdTime", 0)),
+            )
+        )
+    return marks
+
+
+def await_marks(
+    db: DatabaseContext, touches: Callable[[DeletionMark], bool], timeout: float
+) -> list[DeletionMark]:
+    """Wait until no mark that ``touches`` says matters is present; return those seen.
+
+    Returns the marks that mattered (empty when none was there at the first
+    look): what they named may be gone, so the caller checks it afterwards.
+
+    Raises:
+        TimeoutError: such a mark is still there after ``timeout`` seconds
+            (a run still deleting, or one that was killed).
+    """
+    seen: dict[str, DeletionMark] = {}
+    deadline = time.monotonic() + timeout
+    pause = 0.02
+    while True:
+        pending = [m for m in deletion_marks(db) if touches(m)]
+        if not pending:
+            return list(seen.values())
+        seen.update((m.key, m) for m in pending)
+        if time.monotonic() > deadline:
+            oldest = min(pending, key=lambda m: m.created_time)
+            raise TimeoutError(
+                f"a {oldest.verb} run is still deleting (mark {oldest.key}, written at "
+                f"{oldest.created_time} ms since the epoch)"
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
+def sweep_stale_marks(db: DatabaseContext, older_than: float, *, dry_run: bool) -> int:
+    """Remove the marks last modified before ``older_than`` (seconds since the epoch).
+
+    A batch of deletions takes far less than the minimum retention, which is
+    longer than any transaction runs; a mark older than that was left by a
+    killed run.
+    """
+    stale = [m.key for m in db.store.list(DELETING_PREFIX) if m.modified < older_than]
+    if not dry_run:
+        for key in stale:
+            db.store.delete(key)
+    return len(stale)

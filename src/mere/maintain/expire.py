@@ -18,9 +18,9 @@ partial export its ``since`` version) readable below R: expiry writes a
 checkpoint there first if none exists, and never deletes it until the export
 is dropped. Such a version is an island: the commits around it go, the
 checkpoint stays, and reading it by version or by the export's name works.
-Before any deletion, when its last look at the log is older than
-:data:`~mere.maintain.common.LOG_RECHECK_SECONDS`, expiry reads the commits
-that landed meanwhile and spares what exports registered there keep.
+Each batch of deletions is marked under ``_deleting/`` first, then the
+commits that landed meanwhile are read and what the exports they register
+keep is spared (docs/format.md §11.9).
 
 Why a minimum retention also applies here: a transaction pinned to a version
 V tries to create commit V+1. Were V+1 expired, the create would succeed, so
@@ -29,7 +29,6 @@ a transaction must not run longer than the minimum retention.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -42,6 +41,7 @@ from mere.maintain.common import (
     VersionNotFound,
     check_retention,
     kept_versions,
+    marked_deletion,
     now_seconds,
     oldest_retained_version,
     readable_range,
@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
 #: Default log retention (as Delta Lake's ``logRetentionDuration``).
 DEFAULT_LOG_RETENTION = timedelta(days=30)
+#: Deletions marked, and preceded by a look at the log, together.
+DELETE_BATCH = 100
 
 
 @dataclass
@@ -104,7 +106,6 @@ def expire(
     """
     check_retention(db, retention, force=force, min_retention=min_retention, verb="expire")
     cutoff_ms = int((now_seconds(now) - retention.total_seconds()) * 1000)
-    looked = time.monotonic()
     oldest, latest = readable_range(db)
     keep = oldest_retained_version(db.log, oldest, latest, cutoff_ms)
 
@@ -160,23 +161,27 @@ def expire(
     if dry_run:
         deleted = doomed
     else:
-        watch = LogWatch(db, latest, looked)
+        watch = LogWatch(db, latest)
         with progress("expiring log entries", len(doomed)) as advance:
-            for i, key in enumerate(doomed):
-                if i == 0 or watch.stale:
-                    # An export registered meanwhile keeps its version's checkpoint.
+            for start in range(0, len(doomed), DELETE_BATCH):
+                batch = doomed[start : start + DELETE_BATCH]
+                with marked_deletion(db, "expire", batch):
+                    # Read the log only now that the mark exists: an export committed
+                    # before this read keeps its version's checkpoint, one committed
+                    # after it finds the mark (docs/format.md §11.9).
                     for commit in watch.new_commits():
                         for action in commit.actions:
                             if isinstance(action, Export):
                                 note(action)
-                parsed = parse_log_key(key)
-                if parsed is not None and parsed[1] == "checkpoint" and parsed[0] in islands:
-                    continue
-                if parse_checkpoint_part_key(key) in islands:
-                    continue
-                db.store.delete(key)
-                deleted.append(key)
-                advance(1)
+                    for key in batch:
+                        parsed = parse_log_key(key)
+                        if parsed and parsed[1] == "checkpoint" and parsed[0] in islands:
+                            continue
+                        if parse_checkpoint_part_key(key) in islands:
+                            continue
+                        db.store.delete(key)
+                        deleted.append(key)
+                advance(len(batch))
     commit_keys = set(commits)
     kept: dict[str, list[str]] = {}
     for version, names in islands.items():

@@ -26,16 +26,16 @@ version is within the retention). A **tag** is the zero-copy case: a name for
 a version, with no target, kept like a minimal export of every table.
 
 **Registering safely.** The export is committed in the source *before* the
-target references anything, then, for what a vacuum or expiry already
-running may not know to keep (files no longer live at the latest version, a
-version older than the one before the registration), the exporter writes a
-checkpoint at the version, waits :data:`~mere.maintain.common.EXPORT_SETTLE_SECONDS`
-(those verbs re-read the log at least every
-:data:`~mere.maintain.common.LOG_RECHECK_SECONDS` before deleting) and checks
-that everything is still there; if not, it drops the export again and raises.
-A failure after the registration drops it too, except when the target's
-commit has an unknown outcome (then the export stays: drop it if the target
-does not exist).
+target references anything. A vacuum or expiry already running may not know
+it: the exporter writes a checkpoint at an old version it keeps, then reads
+the deletion marks (:func:`~mere.maintain.common.marked_deletion`) and waits
+for those naming what it keeps to go, then checks that all of it still
+exists; if not, it drops the export again and raises. A run marks each batch
+before it reads the log, the exporter reads the marks after its commit, so
+one of the two always sees the other (docs/format.md §11.9). A failure after
+the registration drops it too, except when the target's commit has an
+unknown outcome (then the export stays: drop it if the target does not
+exist).
 """
 
 from __future__ import annotations
@@ -78,13 +78,15 @@ from mere.log.actions import (
     external_location,
     is_external_path,
 )
-from mere.log.keys import checkpoint_key
+from mere.log.keys import checkpoint_key, parse_checkpoint_part_key, parse_log_key
 from mere.log.log import Log
 from mere.maintain import common
 from mere.maintain.checkpoint import write_checkpoint
 from mere.maintain.common import (
     DataFileMissing,
+    DeletionMark,
     VersionNotFound,
+    await_marks,
     shared_files,
 )
 from mere.maintain.progress import progress
@@ -592,29 +594,57 @@ def _secure(
     shared: list[tuple[TableMeta, AddFile]],
     registered: int,
 ) -> None:
-    """After the registration at ``registered``: check that what ``action`` keeps still exists.
+    """After the registration at ``registered``: check that what ``action`` keeps exists.
 
     A vacuum or expiry that started before the registration keeps the latest
     version's files and every version from the one before the registration
-    on, so only older versions (a checkpoint is written there) and files no
-    longer live at the latest version need the wait and the check.
+    on; only older versions (a checkpoint is written there) and the shared
+    files could be deleted by a run that has not seen the export. Every batch
+    of deletions is marked before its run reads the log (docs/format.md
+    §11.9), and the registration is committed before the marks are read here:
+    so a batch that missed the export is marked now, or has ended. Waiting for
+    the marks that name what the export keeps to go, then checking that it
+    all still exists, leaves nothing to chance; batches marked later see the
+    export and spare it.
     """
-    checkpoints = []
+    versions = set()
     for state in states:
         if state.version < registered - 1:
             write_checkpoint(db, state)  # create-only: an existing one is kept
-            checkpoints.append(state.version)
-    at_risk = _at_risk(db.latest_state(), shared)
-    if not checkpoints and not at_risk:
-        return
-    time.sleep(common.EXPORT_SETTLE_SECONDS)
-    for version in checkpoints:
+            versions.add(state.version)
+    keys = {meta.prefix + add.path: (meta, add) for meta, add in shared}
+
+    def touches(mark: DeletionMark) -> bool:
+        return any(key in keys or _log_version(key) in versions for key in mark.keys)
+
+    try:
+        marked = await_marks(db, touches, common.MARK_WAIT_SECONDS)
+    except TimeoutError as exc:
+        error = VersionNotFound if "expire" in str(exc) else DataFileMissing
+        raise error(
+            f"export {action.name!r} needs what a running vacuum or expiry is deleting: {exc}; "
+            "the export was dropped again",
+            help="retry when that run has ended (the mark of a killed run is removed by the "
+            "next vacuum once older than the minimum retention)",
+        ) from None
+    for version in sorted(versions):
         if not db.store.exists(checkpoint_key(version)):
             raise VersionNotFound(
                 f"version {version} was expired while export {action.name!r} was being "
                 "recorded; the export was dropped again"
             )
-    _check_present(db, at_risk)
+    check = _at_risk(db.latest_state(), shared)
+    named = {key for mark in marked for key in mark.keys if key in keys}
+    check += [keys[key] for key in sorted(named) if keys[key] not in check]
+    _check_present(db, check)
+
+
+def _log_version(key: str) -> int | None:
+    """The version of a checkpoint or checkpoint part key (None for any other key)."""
+    parsed = parse_log_key(key)
+    if parsed is not None:
+        return parsed[0] if parsed[1] == "checkpoint" else None
+    return parse_checkpoint_part_key(key)
 
 
 def _at_risk(

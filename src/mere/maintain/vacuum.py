@@ -22,17 +22,19 @@ restore re-adding an old file.
 
 Files a live ``minimal``, ``partial`` or ``tag`` export shares
 (:mod:`mere.maintain.export`) are kept whatever the retention, until the
-export is dropped; the result names them with the exports keeping them.
-Before any deletion, when its last look at the log is older than
-:data:`~mere.maintain.common.LOG_RECHECK_SECONDS`, vacuum reads the commits
-that landed meanwhile (an export registered while it runs is then honoured).
+export is dropped; the result names them with the exports keeping them. An
+export registered while vacuum runs is honoured or finds out: each batch is
+first marked under ``_deleting/`` (:func:`~mere.maintain.common.marked_deletion`),
+then the log is read, then the batch is deleted and the mark removed; the
+exporter commits first and looks for marks second (docs/format.md §11.9).
 
 Vacuum never touches ``_log/`` (see :mod:`mere.maintain.expire`) and nothing
 outside the database root: it only lists and deletes keys of its own store
 (the absolute data paths of an export's target name its source's files, never
 deleted from there).
 On a local store it also sweeps ``.mere-tmp-*`` leftovers of killed writers
-older than the retention.
+older than the retention; on every store, deletion marks of killed runs older
+than the minimum retention.
 """
 
 from __future__ import annotations
@@ -48,9 +50,12 @@ from mere.maintain.common import (
     LogWatch,
     Protection,
     check_retention,
+    marked_deletion,
+    minimum_retention,
     now_seconds,
     oldest_retained_version,
     readable_range,
+    sweep_stale_marks,
 )
 from mere.maintain.progress import progress
 from mere.snapshot.state import TableState
@@ -84,6 +89,8 @@ class VacuumResult:
     #: Files no retained version needs, kept because live exports share them:
     #: export name -> the keys it keeps.
     kept_for_exports: dict[str, list[str]] = field(default_factory=dict)
+    #: Deletion marks left by killed vacuum or expiry runs, removed.
+    stale_marks_deleted: int = 0
 
     @property
     def files_kept_for_exports(self) -> int:
@@ -121,7 +128,6 @@ def vacuum(
     """
     check_retention(db, retention, force=force, min_retention=min_retention, verb="vacuum")
     cutoff = now_seconds(now) - retention.total_seconds()
-    looked = time.monotonic()
     oldest, latest = readable_range(db)
     keep_from = oldest_retained_version(db.log, oldest, latest, int(cutoff * 1000))
     referenced = _keys(db.state_at(keep_from).tables.values())
@@ -130,7 +136,7 @@ def vacuum(
             referenced.update(_added(commit.actions))
     protection = Protection(db)
     protection.add_state(db.state_at(latest))
-    watch = LogWatch(db, latest, looked)
+    watch = LogWatch(db, latest)
 
     kept: dict[str, set[str]] = {}
 
@@ -156,22 +162,28 @@ def vacuum(
     deleted: list[tuple[str, int]] = []
     with progress("vacuuming data files", 0 if dry_run else len(candidates)) as advance:
         for start in range(0, len(candidates), DELETE_BATCH):
-            batch = candidates[start : start + DELETE_BATCH]
-            for i, (key, size) in enumerate(batch):
-                if i == 0 or watch.stale:
-                    # Commits that landed meanwhile may reference a candidate (a restore)
-                    # or register an export sharing it: spare those.
-                    commits = watch.new_commits()
-                    for commit in commits:
-                        referenced.update(_added(commit.actions))
-                    protection.add_commits(commits)
-                if spared(key):
-                    continue
-                if not dry_run:
+            chunk = candidates[start : start + DELETE_BATCH]
+            batch = [job for job in chunk if not spared(job[0])]
+            if dry_run or not batch:
+                deleted += batch
+                advance(len(chunk))
+                continue
+            with marked_deletion(db, "vacuum", [key for key, _ in batch]):
+                # Read the log only now that the mark exists: an export committed before
+                # this read is in these commits, one committed after it finds the mark.
+                commits = watch.new_commits()
+                for commit in commits:
+                    referenced.update(_added(commit.actions))  # a restore re-adding a file
+                protection.add_commits(commits)
+                for key, size in batch:
+                    if spared(key):
+                        continue
                     db.store.delete(key)
-                deleted.append((key, size))
-            advance(len(batch))
+                    deleted.append((key, size))
+            advance(len(chunk))
 
+    minimum = minimum_retention(db.latest_state().properties, min_retention)
+    stale_marks = sweep_stale_marks(db, now_seconds(now) - minimum.total_seconds(), dry_run=dry_run)
     temp_files = _sweep_temp_files(db, cutoff, dry_run)
     return VacuumResult(
         dry_run=dry_run,
@@ -184,6 +196,7 @@ def vacuum(
         temp_files_deleted=temp_files,
         keys=[key for key, _ in deleted],
         kept_for_exports={name: sorted(keys) for name, keys in sorted(kept.items())},
+        stale_marks_deleted=stale_marks,
     )
 
 
