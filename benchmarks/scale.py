@@ -30,7 +30,9 @@ what exists, which is that one file.
 
 Measured, each in a fresh Python process (``mere``, ``pyarrow`` and
 ``deltalake`` imported before the clock starts), with the process's peak RSS
-(``getrusage(RUSAGE_SELF).ru_maxrss``, interpreter and imports included;
+(``VmHWM`` of ``/proc/self/status``, interpreter and imports included; not
+``ru_maxrss``, which Linux carries over from the parent across fork and exec, so
+that every child reported at least the builder's own size;
 ``base`` is the RSS after the imports):
 
 * ``open``: ``mere.connect(p).snapshot().table("t").describe()`` (files, rows,
@@ -55,7 +57,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -572,10 +573,11 @@ def build_delta(path: Path, shape: Shape) -> dict[str, Any]:
 # --- measuring, in fresh processes ----------------------------------------------------------
 
 
-def _rss_mib() -> float:
+def _rss_mib(field: str = "VmRSS") -> float:
+    """This process's resident set (``VmHWM``: its peak), MiB, from /proc/self/status."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -626,7 +628,7 @@ def child(engine: str, op: str, path: str, version: int | None, key: int | None)
             table.create_checkpoint()
             detail = {"version": table.version()}
     seconds = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _rss_mib("VmHWM")
     return {"seconds": seconds, "peak_rss_mib": peak, "base_rss_mib": base, **detail}
 
 
