@@ -24,6 +24,11 @@ Options (case-insensitive):
   ``mergeSchema`` (``true``: add the DataFrame's new columns to the table).
 * streaming writes: ``txnAppId`` (required): each micro-batch commits with its
   batch id as the app version, so a replayed batch commits nothing.
+
+Any other option is an error that lists the known ones (a misspelt
+``versionAsOf`` must not silently read the latest version). Spark itself
+passes ``path`` (the ``load``/``save`` argument) and, to streaming sinks,
+``checkpointLocation``.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from mere.database import connect
-from mere.errors import SchemaMismatch
+from mere.errors import InvalidArgument, SchemaMismatch
 from mere.log.actions import AddFile, TableMeta
 from mere.names import name_key
 from mere.snapshot.scan import plan_scan
@@ -86,6 +91,44 @@ class MereCommitMessage(WriterCommitMessage):
     """What a write task reports: the data files it wrote (add-action JSON)."""
 
     files: list[str]
+
+
+#: The options every use takes (``path`` is set by Spark from ``load``/``save``).
+COMMON_OPTIONS = ("database", "table", "path")
+#: The options of a batch read.
+READ_OPTIONS = (*COMMON_OPTIONS, "versionAsOf", "timestampAsOf")
+#: The options of a batch write.
+WRITE_OPTIONS = (
+    *COMMON_OPTIONS,
+    "replaceWhere",
+    "partitionBy",
+    "isolation",
+    "txnAppId",
+    "txnVersion",
+    "targetFileSize",
+    "mergeSchema",
+)
+#: The options of a streaming write (Spark passes ``checkpointLocation`` on).
+STREAM_WRITE_OPTIONS = (*WRITE_OPTIONS, "checkpointLocation")
+
+
+def check_options(options: Any, known: Sequence[str], what: str) -> None:
+    """Refuse an option the data source does not know for ``what`` (``reading``, ...).
+
+    Spark hands options over with their names lower-cased, so they are
+    compared ignoring case; the error names the known ones as documented.
+
+    Raises:
+        InvalidArgument: an unknown option, naming it and listing the known ones.
+    """
+    by_key = {k.lower(): k for k in known}
+    unknown = sorted(str(key) for key in options.keys() if str(key).lower() not in by_key)
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown)
+        raise InvalidArgument(
+            f"the mere data source does not know the option(s) {names} for {what}; "
+            f"known options: {', '.join(known)}"
+        )
 
 
 def _option(options: Any, key: str) -> str | None:
@@ -198,6 +241,7 @@ class MereDataSource(DataSource):
     def _pin(self) -> PinnedTable:
         """Choose the snapshot once; ``schema()`` and the reader then agree on it."""
         if self._pinned is None:
+            check_options(self.options, READ_OPTIONS, "reading")
             with connect(_database(self.options), create=False) as db:
                 version = _int_option(self.options, "versionAsOf")
                 text = _option(self.options, "timestampAsOf")
@@ -216,6 +260,10 @@ class MereDataSource(DataSource):
 
     def _job(self, schema: StructType, overwrite: bool, *, streaming: bool) -> WriteJob:
         options = self.options
+        if streaming:
+            check_options(options, STREAM_WRITE_OPTIONS, "a streaming write")
+        else:
+            check_options(options, WRITE_OPTIONS, "writing")
         partition_by = _option(options, "partitionBy")
         app_id = _option(options, "txnAppId")
         if streaming and app_id is None:
