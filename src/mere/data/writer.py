@@ -4,16 +4,26 @@ Rows are split by partition, buffered, and written as row groups into an
 in-memory Parquet file per partition; when a file reaches the target size it
 is uploaded create-only under a fresh name and becomes an :class:`AddFile`.
 Statistics (row count, per-column min/max/null count, and the NaN count of
-floating-point columns) are computed from the Arrow data as it is written, so
-they are exact and never depend on what a Parquet writer chose to record.
+floating-point columns) are exact: null and NaN counts and the min/max of
+non-string columns are computed from the Arrow data as it is written; string
+min/max are taken from the row-group statistics the Parquet writer computes
+anyway (exact, byte-wise ordered like Python's ``str``; absent when a value
+is too long), which saves the most expensive pass over the data.
+
+A write of several row groups' worth of rows is cut into contiguous slices,
+one per thread (``WRITE_THREADS``), each encoded into files of its own:
+pyarrow's Parquet writer releases the GIL, so a large append uses every core.
+Uploads stay on the calling thread, in row order.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import time
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mere.data.values import has_statistics, partition_text, stat_to_json
+from mere.data.values import MAX_STAT_STRING, has_statistics, partition_text, stat_to_json
 from mere.errors import InvalidKey, ObjectNotFound, StorageError
 from mere.log.actions import AddFile, TableMeta
 from mere.names import escape_partition_value
@@ -32,6 +42,11 @@ DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 #: Rows are buffered until this much Arrow memory, then written as one row group.
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 COMPRESSION = "zstd"
+#: Threads encoding one large write (contiguous slices of its rows, a file each).
+WRITE_THREADS = max(1, min(8, os.cpu_count() or 1))
+#: A write is cut into slices of at least this much Arrow memory: smaller ones
+#: would cost more in small files than they save in time.
+SLICE_MIN_BYTES = 32 * 1024 * 1024
 
 
 @dataclass
@@ -41,6 +56,7 @@ class _ColumnStats:
     nulls: int = 0
     nans: int | None = None  # NaN values, for floating-point columns
     exact: bool = True  # False once a min/max could not be recorded
+    from_footer: bool = False  # a string column with values: bounds from the Parquet footer
 
 
 @dataclass
@@ -52,6 +68,19 @@ class _OpenFile:
     pending_bytes: int = 0
     rows: int = 0
     stats: dict[str, _ColumnStats] = field(default_factory=dict)
+
+
+@dataclass
+class _Encoded:
+    """A closed file's bytes and what its add action says, not uploaded yet."""
+
+    partition_values: dict[str, str | None]
+    buffer: pa.Buffer
+    rows: int
+    stats: dict[str, Any]
+
+
+_Key = tuple[str | None, ...]
 
 
 class DataFileWriter:
@@ -124,16 +153,63 @@ class DataFileWriter:
             out.append((values, data.take(rows)))
         return out
 
-    def _append(self, key: tuple[str | None, ...], part: pa.Table) -> None:
-        """Add rows of one partition, a row group's worth at a time."""
+    def _append(self, key: _Key, part: pa.Table) -> None:
+        """Add rows of one partition, a row group's worth at a time.
+
+        Rows for several row groups are encoded in parallel: the file open for
+        ``key`` is finished first (files keep the rows' order), then each of up
+        to ``WRITE_THREADS`` contiguous slices of equal size (at least
+        ``SLICE_MIN_BYTES``) is written into files of its own, closed when the
+        slice ends.
+        """
         group_bytes = min(ROW_GROUP_BYTES, self.target_file_size)
         row_bytes = max(1, part.nbytes // max(1, part.num_rows))
         step = max(1, group_bytes // row_bytes)
-        for start in range(0, part.num_rows, step):
-            self._append_piece(key, part.slice(start, step), group_bytes)
+        lanes = min(WRITE_THREADS, -(-part.num_rows // step), part.nbytes // SLICE_MIN_BYTES)
+        if lanes <= 1:
+            encoded: list[_Encoded] = []
+            for start in range(0, part.num_rows, step):
+                self._add_rows(self._open, key, part.slice(start, step), group_bytes, encoded)
+            self._upload(encoded)
+            return
+        if key in self._open:
+            self._upload(_finish_file(self._open.pop(key)))
+        per_lane = -(-part.num_rows // lanes)
+        slices = [part.slice(start, per_lane) for start in range(0, part.num_rows, per_lane)]
 
-    def _append_piece(self, key: tuple[str | None, ...], piece: pa.Table, group_bytes: int) -> None:
-        f = self._open.get(key)
+        def lane(rows: pa.Table) -> list[_Encoded]:
+            files: dict[_Key, _OpenFile] = {}
+            done: list[_Encoded] = []
+            groups = -(-rows.num_rows // step)
+            even = -(-rows.num_rows // groups)  # row groups of equal size
+            for start in range(0, rows.num_rows, even):
+                self._add_rows(files, key, rows.slice(start, even), 0, done)
+            for f in files.values():
+                done.extend(_finish_file(f))
+            return done
+
+        with ThreadPoolExecutor(len(slices), thread_name_prefix="mere-write") as pool:
+            for done in list(pool.map(lane, slices)):
+                self._upload(done)
+
+    def _append_piece(self, key: _Key, piece: pa.Table, group_bytes: int) -> None:
+        encoded: list[_Encoded] = []
+        self._add_rows(self._open, key, piece, group_bytes, encoded)
+        self._upload(encoded)
+
+    def _add_rows(
+        self,
+        files: dict[_Key, _OpenFile],
+        key: _Key,
+        piece: pa.Table,
+        group_bytes: int,
+        encoded: list[_Encoded],
+    ) -> None:
+        """Buffer ``piece`` in ``files[key]``, encoded as a row group once ``group_bytes``
+        are buffered (0: now); a file that reached the target size is closed and
+        appended to ``encoded``. Touches nothing but its arguments (lanes run it in
+        threads)."""
+        f = files.get(key)
         if f is None:
             sink = pa.BufferOutputStream()
             f = _OpenFile(
@@ -143,48 +219,135 @@ class DataFileWriter:
                     sink,
                     self.file_schema,
                     compression=COMPRESSION,
+                    use_dictionary=dictionary_columns(self.file_schema, piece),
                     write_statistics=footer_statistics_columns(self.file_schema),
                 ),
                 stats={name: _ColumnStats() for name in self.file_schema.names},
             )
-            self._open[key] = f
+            files[key] = f
         _update_stats(f.stats, piece)
         f.pending.append(piece)
         f.pending_bytes += piece.nbytes
         f.rows += piece.num_rows
         if f.pending_bytes >= group_bytes:
-            self._write_row_group(f)
+            _write_row_group(f)
             if f.sink.tell() >= self.target_file_size:
-                self._close(key)
+                encoded.extend(_finish_file(files.pop(key)))
 
-    def _write_row_group(self, f: _OpenFile) -> None:
-        if f.pending:
-            # Not combined into contiguous arrays: the Parquet writer encodes the
-            # chunks in place (a copy would cost a row group's memory and time).
-            batch = pa.concat_tables(f.pending)
-            f.writer.write_table(batch, row_group_size=max(batch.num_rows, 1))
-            f.pending, f.pending_bytes = [], 0
+    def _close(self, key: _Key) -> None:
+        self._upload(_finish_file(self._open.pop(key)))
 
-    def _close(self, key: tuple[str | None, ...]) -> None:
-        f = self._open.pop(key)
-        self._write_row_group(f)
-        f.writer.close()
-        if f.rows == 0:
-            return
-        buffer = f.sink.getvalue()
-        path = new_data_file_path(f.partition_values)
-        upload(self.store, self.table.prefix + path, buffer)
-        self.written.append(
-            AddFile(
-                table_id=self.table.id,
-                path=path,
-                size=buffer.size,
-                rows=f.rows,
-                partition_values=f.partition_values,
-                stats=_stats_json(f.rows, f.stats),
-                modification_time=int(time.time() * 1000),
+    def _upload(self, encoded: list[_Encoded]) -> None:
+        """Upload closed files, in order, and record them as add actions."""
+        for e in encoded:
+            path = new_data_file_path(e.partition_values)
+            upload(self.store, self.table.prefix + path, e.buffer)
+            self.written.append(
+                AddFile(
+                    table_id=self.table.id,
+                    path=path,
+                    size=e.buffer.size,
+                    rows=e.rows,
+                    partition_values=e.partition_values,
+                    stats=e.stats,
+                    modification_time=int(time.time() * 1000),
+                )
             )
-        )
+
+
+def _write_row_group(f: _OpenFile) -> None:
+    if f.pending:
+        # Not combined into contiguous arrays: the Parquet writer encodes the
+        # chunks in place (a copy would cost a row group's memory and time).
+        batch = pa.concat_tables(f.pending)
+        f.writer.write_table(batch, row_group_size=max(batch.num_rows, 1))
+        f.pending, f.pending_bytes = [], 0
+
+
+def _finish_file(f: _OpenFile) -> list[_Encoded]:
+    """Encode what ``f`` still buffers and close it: [] if it holds no rows."""
+    _write_row_group(f)
+    f.writer.close()
+    if f.rows == 0:
+        return []
+    _footer_string_bounds(f.writer.writer.metadata, f.stats)
+    return [_Encoded(f.partition_values, f.sink.getvalue(), f.rows, _stats_json(f.rows, f.stats))]
+
+
+def _footer_string_bounds(metadata: pq.FileMetaData, stats: dict[str, _ColumnStats]) -> None:
+    """Set string columns' min/max from the Parquet writer's row-group statistics.
+
+    Parquet orders UTF-8 byte-wise, as Python orders ``str`` (code points), and
+    Arrow's writer records exact values, leaving a row group's min/max out when
+    a value is too long (more than 4096 bytes, so past ``MAX_STAT_STRING``
+    characters too): such a row group with a non-null value makes the bounds
+    unknown.
+    """
+    index = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    for name, s in stats.items():
+        if not s.from_footer or not s.exact:
+            continue
+        if name not in index:
+            s.exact = False
+            continue
+        lo: str | None = None
+        hi: str | None = None
+        for g in range(metadata.num_row_groups):
+            group = metadata.row_group(g)
+            st = group.column(index[name]).statistics
+            if st is None or not st.has_min_max:
+                if st is None or st.null_count != group.num_rows:
+                    s.exact = False
+                    break
+                continue
+            if lo is None or st.min < lo:
+                lo = st.min
+            if hi is None or st.max > hi:
+                hi = st.max
+        if not s.exact or lo is None or hi is None:
+            continue
+        if len(lo) > MAX_STAT_STRING or len(hi) > MAX_STAT_STRING:
+            s.exact = False
+            continue
+        s.min, s.max = (lo, lo), (hi, hi)
+
+
+#: Rows of a file's first piece looked at to choose its dictionary-encoded columns.
+DICTIONARY_SAMPLE_ROWS = 64 * 1024
+
+
+def dictionary_columns(schema: pa.Schema, first: pa.Table) -> list[str]:
+    """The Parquet column paths worth dictionary-encoding in a file starting with ``first``.
+
+    A flat column whose sample of rows is mostly distinct values (ids, free
+    text, measurements) is left out: its dictionary would overflow the
+    writer's page limit and fall back to plain encoding after the work of
+    building it (a third of a write's CPU on the throughput table), and
+    plain pages read faster. Nested columns keep their dictionaries.
+    """
+    sample = first.slice(0, DICTIONARY_SAMPLE_ROWS)
+    out = []
+    for path, name in _parquet_paths(schema):
+        if path == name and sample.num_rows >= 1024:
+            col = sample.column(name)
+            t = col.type
+            if pa.types.is_primitive(t) or pa.types.is_string(t) or pa.types.is_large_string(t):
+                values = len(col) - col.null_count
+                if values and pc.count_distinct(col).as_py() > values // 2:
+                    continue
+        out.append(path)
+    return out
+
+
+@functools.lru_cache(maxsize=128)
+def _parquet_paths(schema: pa.Schema) -> list[tuple[str, str]]:
+    """(Parquet column path, top-level Arrow field name) of each leaf column."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink)
+    parquet = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
+    paths = [parquet.column(i).path for i in range(len(parquet))]
+    flat = {f.name for f in schema if not pa.types.is_nested(f.type)}
+    return [(p, p if p in flat else "") for p in paths]
 
 
 @functools.lru_cache(maxsize=128)
@@ -225,6 +388,9 @@ def _update_stats(stats: dict[str, _ColumnStats], part: pa.Table) -> None:
             # sorts above every number) may be there.
             s.nans = (s.nans or 0) + (pc.sum(pc.is_nan(col)).as_py() or 0)
         if not s.exact or not has_statistics(col.type) or col.null_count == len(col):
+            continue
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            s.from_footer = True  # see _footer_string_bounds
             continue
         mm = pc.min_max(col)
         lo, hi = stat_to_json(mm["min"]), stat_to_json(mm["max"])
