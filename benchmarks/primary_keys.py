@@ -6,12 +6,19 @@ cannot prune):
 
 * ``append``: 1,000 rows of new random keys into the table without a key;
 * ``append, keyed``: the same into the same table with ``primary_key=["id"]``
-  (mere reads the key column of every file whose statistics admit a new key);
+  (mere reads the key column of every file whose statistics and key filter
+  admit a new key; the process keeps the filters it has read, as a long-lived
+  writer does);
+* ``append, keyed, cold``: the same after forgetting the cached filters, as a
+  fresh process (it reads every file's filter sidecar);
+* ``first keyed append``: the first one after loading the table, which reads
+  every file's key column and writes its filter (once per file, ever);
 * ``upsert``: ``append(on_duplicate="update")`` of 1,000 rows, half new;
 * ``merge``: the equivalent ``merge(...).when_matched_update_all().when_not_matched_insert_all()``.
 
 Each step runs ``--repeat`` times (alternating keyed and plain); medians are
-reported with the ratio keyed / plain.
+reported with the ratio keyed / plain, and written as JSON to ``--output``
+(for benchmarks/compare_versions.py).
 
     .venv/bin/python benchmarks/primary_keys.py --rows 1000000 --files 100
     .venv/bin/python benchmarks/primary_keys.py --rows 10000000 --files 100
@@ -20,6 +27,7 @@ reported with the ratio keyed / plain.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -63,6 +71,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=100)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--output", help="also write the medians here as JSON")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         plain = build(Path(tmp) / "plain", args.rows, args.files, keyed=False)
@@ -72,15 +81,29 @@ def main() -> None:
         times: dict[str, list[float]] = {
             "append": [],
             "append, keyed": [],
+            "append, keyed, cold": [],
+            "first keyed append": [],
             "upsert": [],
             "merge": [],
         }
-        for _ in range(args.repeat):
-            for name, db in (("append", plain), ("append, keyed", keyed)):
-                new = rng.permutation(args.batch) + next_key
-                batch = pa.table({"id": new, "v": np.ones(args.batch)}, schema=SCHEMA)
-                times[name].append(timed(lambda db=db, b=batch: db.table("t").append(b)))
+
+        def new_batch() -> pa.Table:
+            nonlocal next_key
+            new = rng.permutation(args.batch) + next_key
             next_key += args.batch
+            return pa.table({"id": new, "v": np.ones(args.batch)}, schema=SCHEMA)
+
+        first = new_batch()
+        times["first keyed append"].append(timed(lambda: keyed.table("t").append(first)))
+        plain.table("t").append(new_batch())
+        for _ in range(args.repeat):  # appends of new keys: plain, keyed, keyed in a new process
+            for name, db in (("append", plain), ("append, keyed", keyed)):
+                batch = new_batch()
+                times[name].append(timed(lambda db=db, b=batch: db.table("t").append(b)))
+            forget_filters()
+            cold = new_batch()
+            times["append, keyed, cold"].append(timed(lambda b=cold: keyed.table("t").append(b)))
+        for _ in range(args.repeat):  # upserts, half new keys, against the same merge
             old = rng.choice(args.rows, args.batch // 2, replace=False)
             fresh = np.arange(next_key, next_key + args.batch - args.batch // 2)
             next_key += len(fresh)
@@ -106,9 +129,30 @@ def main() -> None:
         med = {k: statistics.median(v) for k, v in times.items()}
         print(f"rows={args.rows:,} files={args.files} batch={args.batch} repeat={args.repeat}")
         for name, value in med.items():
-            print(f"  {name:15s} {value * 1000:9.1f} ms")
-        print(f"  keyed / plain append: {med['append, keyed'] / med['append']:.2f}x")
-        print(f"  upsert / merge:       {med['upsert'] / med['merge']:.2f}x")
+            print(f"  {name:22s} {value * 1000:9.1f} ms")
+        ratios = {
+            "keyed / plain append": med["append, keyed"] / med["append"],
+            "keyed cold / plain append": med["append, keyed, cold"] / med["append"],
+            "upsert / merge": med["upsert"] / med["merge"],
+        }
+        for name, value in ratios.items():
+            print(f"  {name:26s} {value:.2f}x")
+        if args.output:
+            report = {
+                "parameters": vars(args),
+                "results": [{"name": k, "ms": v * 1000} for k, v in med.items()],
+                "ratios": [{"name": k, "ratio": v} for k, v in ratios.items()],
+            }
+            Path(args.output).write_text(json.dumps(report, indent=2))
+
+
+def forget_filters() -> None:
+    """Drop the key filters this process holds (a fresh process); no-op before they existed."""
+    try:
+        from mere.data import keyfilter
+    except ImportError:
+        return
+    keyfilter.CACHE.clear()
 
 
 if __name__ == "__main__":

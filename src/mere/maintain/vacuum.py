@@ -28,6 +28,9 @@ first marked under ``_deleting/`` (:func:`~mere.maintain.common.marked_deletion`
 then the log is read, then the batch is deleted and the mark removed; the
 exporter commits first and looks for marks second (docs/format.md §11.9).
 
+A primary key's filter sidecar (``<data file>.keys``, :mod:`mere.data.keyfilter`)
+is kept exactly as long as its data file.
+
 Vacuum never touches ``_log/`` (see :mod:`mere.maintain.expire`) and nothing
 outside the database root: it only lists and deletes keys of its own store
 (the absolute data paths of an export's target name its source's files, never
@@ -45,6 +48,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from mere.data.keyfilter import data_key_of
 from mere.log.actions import Action, AddFile, is_external_path
 from mere.maintain.common import (
     LogWatch,
@@ -142,6 +146,7 @@ def vacuum(
 
     def spared(key: str) -> bool:
         """Whether a retained version or a live export needs ``key`` (noting the export)."""
+        key = data_key_of(key)  # a key filter sidecar lives as long as its data file
         if key in referenced:
             return True
         names = protection.keeping(key)

@@ -9,12 +9,20 @@ does not trip over itself), and the committer's conflict check asks a
 transaction inserts.
 
 Reading is pruned by the files' statistics on the first key column (the
-range of the keys looked for), and only the key columns are read.
+range of the keys looked for), then by each committed file's key filter
+(:mod:`mere.data.keyfilter`: a file whose filter holds none of the keys is
+not read), and only the key columns are read. A committed file without a
+filter has its whole key columns read once, and its filter built and saved
+as a sidecar for every later check. The transaction's own files are always
+read (they may yet be rolled back); when it commits, :func:`added_keys`
+reads its files' keys for the conflict check and keeps their filters, so the
+next check in this process reads none of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -22,9 +30,11 @@ import pyarrow.compute as pc
 
 from mere import expr as sqlexpr
 from mere.constraints import primary_key
+from mere.data import keyfilter
 from mere.errors import DuplicateKey, InvalidExpression
-from mere.log.actions import AddFile, TableMeta
-from mere.snapshot.scan import plan_scan, scan_files
+from mere.log.actions import AddFile, TableMeta, is_external_path
+from mere.schema import physical_name
+from mere.snapshot.scan import READ_THREADS, ScanPlan, plan_scan, scan_files
 from mere.storage import ObjectStore
 
 #: How many key values an error names.
@@ -79,30 +89,133 @@ def intersect(left: pa.Table, right: pa.Table) -> pa.Table:
 
 
 def key_counts(
-    store: ObjectStore, meta: TableMeta, files: Sequence[AddFile], keys: pa.Table
+    store: ObjectStore,
+    meta: TableMeta,
+    files: Sequence[AddFile],
+    keys: pa.Table,
+    *,
+    own: Sequence[AddFile] = (),
 ) -> pa.Table:
-    """How many rows of ``files`` hold each value of ``keys`` (absent values left out)."""
+    """How many rows of ``files`` (committed) and ``own`` hold each value of ``keys``.
+
+    Values no row holds are left out.
+    """
     columns = keys.column_names
-    if keys.num_rows == 0 or not files:
+    if keys.num_rows == 0 or not (files or own):
         return pa.table({**{c: keys.column(c).slice(0, 0) for c in columns}, "count_all": []})
-    plan = plan_scan(meta, columns, _range_filter(columns[0], keys.column(0)))
-    found = scan_files(store, plan, plan.select(files)).select(columns).cast(keys.schema)
+    found = candidate_keys(store, meta, files, keys, own=own)
     return _counted(semi_join(found, keys))
 
 
 def present_keys(
-    store: ObjectStore, meta: TableMeta, files: Sequence[AddFile], keys: pa.Table
+    store: ObjectStore,
+    meta: TableMeta,
+    files: Sequence[AddFile],
+    keys: pa.Table,
+    *,
+    own: Sequence[AddFile] = (),
 ) -> pa.Table:
-    """The values of ``keys`` that rows of ``files`` hold (a subset of ``keys``)."""
-    if keys.num_rows == 0 or not files:
+    """The values of ``keys`` that rows of ``files`` (committed) or ``own`` hold."""
+    if keys.num_rows == 0 or not (files or own):
         return keys.slice(0, 0)
+    return intersect(keys, candidate_keys(store, meta, files, keys, own=own))
+
+
+def candidate_keys(
+    store: ObjectStore,
+    meta: TableMeta,
+    files: Sequence[AddFile],
+    keys: pa.Table,
+    *,
+    own: Sequence[AddFile] = (),
+) -> pa.Table:
+    """Key columns of the rows of ``files`` and ``own`` that may hold one of ``keys``.
+
+    A superset of the matching rows (the caller joins): files that statistics
+    or key filters rule out are not read, and a committed file without a
+    filter gets one (see the module docstring).
+    """
     columns = keys.column_names
     plan = plan_scan(meta, columns, _range_filter(columns[0], keys.column(0)))
-    candidates = plan.select(files)
-    if not candidates:
+    read = plan.select(own)
+    unfiltered: list[tuple[AddFile, str]] = []
+    signature = key_signature(meta)
+    probe: keyfilter.Probe | None = None
+    for add in plan.select(files):
+        if is_external_path(add.path):
+            read.append(add)
+            continue
+        data_key = meta.prefix + add.path
+        found = keyfilter.load(store, data_key)
+        if found is None:
+            unfiltered.append((add, data_key))
+        elif found.signature != signature:
+            read.append(add)  # built for other key columns or types: read the file
+        else:
+            if probe is None:
+                probe = keyfilter.Probe.of(keyfilter.key_hashes(keys))
+            if found.may_contain(probe).any():
+                read.append(add)
+    parts = [scan_files(store, plan, read).select(columns).cast(keys.schema)] if read else []
+    if unfiltered:
+        parts.append(_read_and_index(store, meta, unfiltered, signature).cast(keys.schema))
+    if not parts:
         return keys.slice(0, 0)
-    found = scan_files(store, plan, candidates).select(columns)
-    return intersect(keys, found.cast(keys.schema))
+    return pa.concat_tables(parts)
+
+
+def key_signature(meta: TableMeta) -> list[list[str]]:
+    """The key filter signature of the table's key: physical column names and hash families."""
+    fields = [meta.schema.field(c) for c in key_columns(meta)]
+    return keyfilter.signature(fields, [physical_name(f) for f in fields])
+
+
+def added_keys(store: ObjectStore, meta: TableMeta, adds: Sequence[AddFile]) -> pa.Table:
+    """The key columns of files this transaction wrote, remembering each file's filter.
+
+    Their filters are cached (not saved: the files are not committed yet), so
+    a later check in this process need not read them again; the first check
+    that meets them committed writes their sidecars.
+    """
+    signature = key_signature(meta)
+    plan = plan_scan(meta, key_columns(meta), None)
+
+    def one(add: AddFile) -> pa.Table:
+        keys = scan_files(store, plan, [add])
+        if not is_external_path(add.path):
+            data_key = meta.prefix + add.path
+            if not keyfilter.known(store, data_key):
+                built = keyfilter.KeyFilter.build(signature, keyfilter.key_hashes(keys))
+                keyfilter.remember(store, data_key, built)
+        return keys
+
+    if len(adds) <= 1:
+        return one(adds[0]) if adds else scan_files(store, plan, [])
+    with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(adds))) as pool:
+        return pa.concat_tables(list(pool.map(one, adds)))
+
+
+def _read_and_index(
+    store: ObjectStore,
+    meta: TableMeta,
+    files: Sequence[tuple[AddFile, str]],
+    signature: list[list[str]],
+) -> pa.Table:
+    """The whole key columns of committed files, saving each one's key filter as it goes."""
+    plan: ScanPlan = plan_scan(meta, key_columns(meta), None)
+
+    def one(item: tuple[AddFile, str]) -> pa.Table:
+        add, data_key = item
+        keys = scan_files(store, plan, [add])
+        keyfilter.save(
+            store, data_key, keyfilter.KeyFilter.build(signature, keyfilter.key_hashes(keys))
+        )
+        return keys
+
+    if len(files) == 1:
+        return one(files[0])
+    with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(files))) as pool:
+        return pa.concat_tables(list(pool.map(one, files)))
 
 
 def _range_filter(column: str, values: pa.ChunkedArray) -> str | None:
@@ -154,10 +267,14 @@ class KeyProbe:
 
 __all__ = [
     "KeyProbe",
+    "added_keys",
+    "candidate_keys",
     "describe_keys",
     "duplicates_within",
     "intersect",
     "key_columns",
+    "key_counts",
+    "key_signature",
     "present_keys",
     "refuse_duplicates",
     "semi_join",

@@ -60,6 +60,7 @@ from mere.storage import ObjectStore
 from mere.txn.conflicts import ReadRecord, TxFootprint
 from mere.txn.keys import (
     KeyProbe,
+    added_keys,
     duplicates_within,
     key_columns,
     key_counts,
@@ -503,7 +504,7 @@ class Stage:
                 continue
             refuse_duplicates(meta, duplicates_within(new), "among the rows written")
             base, own = self.live_files(table_id)
-            counts = key_counts(self.store, meta, base + own, new)
+            counts = key_counts(self.store, meta, base, new, own=own)
             refuse_duplicates(
                 meta,
                 counts.filter(pc.greater(counts["count_all"], 1)).select(columns),
@@ -529,7 +530,7 @@ class Stage:
             added = [a for a in staged.adds.values() if a.data_change]
             if not columns or not added:
                 continue
-            keys = self._keys_of(meta, added, columns)
+            keys = added_keys(self.store, meta, added).select(columns)
             if staged.removes:
                 removed = [
                     self.read_state.tables[table_id].files[p]

@@ -575,7 +575,9 @@ class TxTable:
         chosen = first["__mere_row_min"]
         rows = rows.take(pc.take(chosen, pc.sort_indices(chosen)))
         base, own = self.stage.live_files(self.table_id)
-        present = present_keys(self.transaction.store, self.meta, base + own, rows.select(columns))
+        present = present_keys(
+            self.transaction.store, self.meta, base, rows.select(columns), own=own
+        )
         if present.num_rows == 0:
             return rows
         absent = semi_join(rows.select(columns), present, anti=True)

@@ -1,0 +1,363 @@
+"""Per-file membership filters of primary-key values (docs/format.md §6.1).
+
+Checking that new keys are absent from a table would otherwise read the key
+columns of every file whose statistics admit them, and random keys are
+admitted by every file. A *key filter* is a Bloom filter of one data file's
+key hashes, kept in an immutable sidecar object next to the file
+(``<data file key>.keys``): a probe that finds none of the new keys in a
+file's filter skips that file. A false positive only costs a read of the
+file's key columns; a false negative cannot happen, since a filter is built
+from the very key values the file holds and a probe hashes the same values
+the same way.
+
+Sidecars are written lazily, by the first key check that reads a committed
+file's key columns (and so covers files of older versions, Spark and
+compaction alike); nothing on the write path waits for them, and a file
+without one is simply read. They never change, so a process keeps the ones
+it has read or built in :data:`CACHE` (bounded by bytes) and a long-lived
+writer probes its table without a request. Vacuum deletes a sidecar with its
+data file (:func:`data_key_of`).
+
+The hash of a key is defined over the value's *family*, so lossless widening
+(``int32`` to ``int64``, ``float`` to ``double``) keeps a filter usable:
+
+* integers (signed or unsigned, any width) and booleans: the value as a
+  64-bit two's complement integer;
+* ``float``/``double``: the IEEE double's bits, ``-0.0`` as ``0.0`` and every
+  NaN as ``0x7FF8000000000000``;
+* dates, times, timestamps, durations: the stored integer (family names the
+  Arrow type, so a unit change makes the filter unusable, never wrong);
+* other types: the first 8 bytes (little-endian) of BLAKE2b (digest 8) of the
+  value's UTF-8 text (strings), bytes (binary) or ``str`` (decimals).
+
+Column hashes combine as ``h = mix(h * 0x9E3779B97F4A7C15 + x)`` from ``h = 0``
+over the key columns in key order, ``mix`` being SplitMix64's finalizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from mere.errors import MereError, StorageError
+from mere.storage import ObjectStore
+
+#: The sidecar's name: the data file's key plus this suffix.
+SUFFIX = ".keys"
+MAGIC = b"MKF1"
+#: Filter bits per key (8 keys per 256-bit block): a false-positive rate near
+#: 3e-5 per key, so 1,000 absent keys pass a file's filter a few percent of the time.
+BITS_PER_KEY = 32
+#: Keys per numpy step when building (bounds the (keys x 8) masks).
+CHUNK = 1 << 18
+#: The most blocks a filter has (256 MiB); past ~67M keys in one file it fills up.
+MAX_BLOCKS = 1 << 23
+HASH_NAME = "mere-key-v1"
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_NAN_BITS = np.uint64(0x7FF8000000000000)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer, elementwise over uint64 (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def family(type_: pa.DataType) -> str:
+    """The hash family of a key type (equal families hash equal values alike)."""
+    if pa.types.is_integer(type_) or pa.types.is_boolean(type_):
+        return "int"
+    if pa.types.is_floating(type_):
+        return "float"
+    if pa.types.is_temporal(type_):
+        return str(type_)
+    if pa.types.is_string(type_) or pa.types.is_large_string(type_):
+        return "string"
+    if pa.types.is_binary(type_) or pa.types.is_large_binary(type_):
+        return "binary"
+    return str(type_)
+
+
+def signature(fields: Sequence[pa.Field], physical: Sequence[str]) -> list[list[str]]:
+    """What a filter is valid for: each key column's physical name and hash family."""
+    return [[name, family(f.type)] for f, name in zip(fields, physical, strict=True)]
+
+
+def _column_words(values: pa.Array) -> np.ndarray:
+    """Each value's 64-bit word (see the module docstring), nulls as 0."""
+    type_ = values.type
+    if pa.types.is_boolean(type_):
+        values = values.fill_null(False).cast(pa.uint8())
+        type_ = values.type
+    if pa.types.is_integer(type_):
+        wide = pa.uint64() if pa.types.is_unsigned_integer(type_) else pa.int64()
+        ints = values.cast(wide).fill_null(0).to_numpy(zero_copy_only=False)
+        return np.ascontiguousarray(ints).view(np.uint64)
+    if pa.types.is_floating(type_):
+        doubles = values.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False) + 0.0
+        words = doubles.view(np.uint64).copy()  # + 0.0 made every -0.0 a 0.0
+        words[np.isnan(doubles)] = _NAN_BITS
+        return words
+    if pa.types.is_temporal(type_):
+        storage = pa.int32() if type_.bit_width == 32 else pa.int64()
+        ints = values.view(storage).cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+        return np.ascontiguousarray(ints).view(np.uint64)
+    out = np.zeros(len(values), dtype=np.uint64)
+    for i, value in enumerate(values.to_pylist()):
+        if value is None:
+            continue
+        if isinstance(value, str):
+            data = value.encode()
+        elif isinstance(value, bytes):
+            data = value
+        else:
+            data = str(value).encode()
+        out[i] = int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+    return out
+
+
+def key_hashes(keys: pa.Table) -> np.ndarray:
+    """One 64-bit hash per row of ``keys`` (its columns in key order)."""
+    h = np.zeros(keys.num_rows, dtype=np.uint64)
+    for column in keys.columns:
+        words = _column_words(column.combine_chunks())
+        h = _mix(h * _GOLDEN + words)
+    return h
+
+
+_SALTS = np.array(
+    [
+        0x47B6137B,
+        0x44974D91,
+        0x8824AD5B,
+        0xA2B7289D,
+        0x705495C7,
+        0x2DF1424B,
+        0x9EFC4947,
+        0x5C6BFB31,
+    ],
+    dtype=np.uint32,
+)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A set of keys ready to test against any number of filters.
+
+    For a key hash ``h``: its block selector is ``h >> 32`` and its mask in a
+    block has, in 32-bit word ``i``, the bit ``((h mod 2^32) * SALT[i] mod
+    2^32) >> 27`` (Parquet's split-block Bloom filter, over mere's hash).
+    """
+
+    selectors: np.ndarray  # uint64, one per key
+    masks: np.ndarray  # (keys x 8) uint32
+
+    @classmethod
+    def of(cls, hashes: np.ndarray) -> Probe:
+        low = (hashes & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        bits = (low[:, None] * _SALTS[None, :]) >> np.uint32(27)
+        return cls(hashes >> np.uint64(32), np.left_shift(np.uint32(1), bits))
+
+    def blocks(self, count: int) -> np.ndarray:
+        """Each key's block among ``count`` blocks: ``(selector * count) >> 32``."""
+        out: np.ndarray = ((self.selectors * np.uint64(count)) >> np.uint64(32)).view(np.int64)
+        return out
+
+    def __len__(self) -> int:
+        return len(self.selectors)
+
+
+class CorruptKeyFilter(MereError):
+    """A sidecar that does not decode; the caller reads the data file instead."""
+
+
+@dataclass(frozen=True)
+class KeyFilter:
+    """A split-block Bloom filter over one data file's key hashes: 256-bit blocks."""
+
+    signature: list[list[str]]
+    rows: int
+    words: np.ndarray  # (blocks x 8) uint32
+
+    @classmethod
+    def build(cls, signature: list[list[str]], hashes: np.ndarray) -> KeyFilter:
+        """The filter of ``hashes`` (see :func:`key_hashes`)."""
+        count = min(MAX_BLOCKS, max(1, -(-len(hashes) * BITS_PER_KEY // 256)))
+        words = np.zeros((count, 8), dtype=np.uint32)
+        for start in range(0, len(hashes), CHUNK):
+            probe = Probe.of(hashes[start : start + CHUNK])
+            np.bitwise_or.at(words, probe.blocks(count), probe.masks)
+        return cls(signature, len(hashes), words)
+
+    def may_contain(self, probe: Probe) -> np.ndarray:
+        """Per key of ``probe``: False if the file certainly holds no such key."""
+        masks = probe.masks
+        out: np.ndarray = ((self.words[probe.blocks(len(self.words))] & masks) == masks).all(axis=1)
+        return out
+
+    def to_bytes(self) -> bytes:
+        """The sidecar: MAGIC, a little-endian u32 header length, the JSON header, the bits."""
+        header = json.dumps(
+            {
+                "hash": HASH_NAME,
+                "columns": self.signature,
+                "rows": self.rows,
+                "blocks": len(self.words),
+            },
+            separators=(",", ":"),
+        ).encode()
+        words = self.words.astype("<u4", copy=False)
+        return MAGIC + struct.pack("<I", len(header)) + header + words.tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> KeyFilter:
+        """Decode a sidecar.
+
+        Raises:
+            CorruptKeyFilter: not a sidecar this version writes.
+        """
+        try:
+            if data[:4] != MAGIC:
+                raise ValueError("bad magic")
+            (length,) = struct.unpack_from("<I", data, 4)
+            header = json.loads(data[8 : 8 + length])
+            count = int(header["blocks"])
+            raw = np.frombuffer(data, dtype="<u4", offset=8 + length)
+            if header["hash"] != HASH_NAME or count <= 0 or len(raw) != count * 8:
+                raise ValueError("unknown hash or wrong size")
+            words = raw.astype(np.uint32).reshape(count, 8)
+            return cls([list(c) for c in header["columns"]], int(header["rows"]), words)
+        except (ValueError, KeyError, TypeError, struct.error) as exc:
+            raise CorruptKeyFilter(f"not a key filter: {exc}") from None
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.words.nbytes)
+
+
+def sidecar_key(data_key: str) -> str:
+    """The sidecar object of a data file's object key."""
+    return data_key + SUFFIX
+
+
+def data_key_of(key: str) -> str:
+    """The data file a sidecar belongs to (``key`` itself if it is not a sidecar)."""
+    return key[: -len(SUFFIX)] if key.endswith(SUFFIX) else key
+
+
+class FilterCache:
+    """Filters this process has read or built, by (store, object key); bounded by bytes.
+
+    Sidecars never change once written, so an entry never goes stale. An
+    entry built for a file not yet committed is *unsaved*: its sidecar is
+    written when a check first meets the file committed (:func:`load`).
+    """
+
+    def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[str, str], tuple[KeyFilter, bool]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, store: ObjectStore, key: str) -> tuple[KeyFilter, bool] | None:
+        """The filter and whether its sidecar exists (None: not cached)."""
+        with self._lock:
+            found = self._entries.get((store.uri, key))
+            if found is not None:
+                self._entries.move_to_end((store.uri, key))
+            return found
+
+    def put(self, store: ObjectStore, key: str, flt: KeyFilter, *, saved: bool = True) -> None:
+        with self._lock:
+            old = self._entries.pop((store.uri, key), None)
+            self._bytes -= old[0].nbytes if old is not None else 0
+            if flt.nbytes > self.max_bytes:
+                return
+            self._entries[(store.uri, key)] = (flt, saved)
+            self._bytes += flt.nbytes
+            while self._bytes > self.max_bytes:
+                _, (dropped, _saved) = self._entries.popitem(last=False)
+                self._bytes -= dropped.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
+#: The process's filters.
+CACHE = FilterCache()
+
+
+def load(store: ObjectStore, data_key: str) -> KeyFilter | None:
+    """The filter of a committed data file: cached, else its sidecar (None if it has none).
+
+    A filter this process built before the file was committed gets its
+    sidecar written now. A sidecar that cannot be read or decoded counts as none.
+    """
+    found = CACHE.get(store, data_key)
+    if found is not None:
+        flt, saved = found
+        if not saved:
+            save(store, data_key, flt)
+        return flt
+    try:
+        flt = KeyFilter.from_bytes(store.get(sidecar_key(data_key)))
+    except (StorageError, CorruptKeyFilter):  # absent, unreadable or not ours: read the file
+        return None
+    CACHE.put(store, data_key, flt)
+    return flt
+
+
+def remember(store: ObjectStore, data_key: str, flt: KeyFilter) -> None:
+    """Cache the filter of a file not committed yet (its sidecar is written by :func:`load`)."""
+    if CACHE.get(store, data_key) is None:
+        CACHE.put(store, data_key, flt, saved=False)
+
+
+def known(store: ObjectStore, data_key: str) -> bool:
+    """Whether this process holds the file's filter."""
+    return CACHE.get(store, data_key) is not None
+
+
+def save(store: ObjectStore, data_key: str, flt: KeyFilter) -> None:
+    """Write a committed data file's sidecar (create-only; best effort) and cache it.
+
+    Another process may have written it first (the same filter of the same
+    keys); a store that refuses the write leaves the file without one. Either
+    way checks stay correct: a file without a filter is read.
+    """
+    CACHE.put(store, data_key, flt)
+    try:
+        store.put_if_absent(sidecar_key(data_key), flt.to_bytes())
+    except StorageError:  # AlreadyExists among them
+        pass
+
+
+__all__ = [
+    "CACHE",
+    "Probe",
+    "SUFFIX",
+    "CorruptKeyFilter",
+    "FilterCache",
+    "KeyFilter",
+    "data_key_of",
+    "family",
+    "key_hashes",
+    "known",
+    "load",
+    "remember",
+    "save",
+    "sidecar_key",
+    "signature",
+]

@@ -1,0 +1,233 @@
+"""Key filters (mere.data.keyfilter): no false negatives, and key checks that skip files.
+
+A filter answers "this file certainly holds none of these keys" or "it may";
+the first must never be wrong, so every key a filter was built from is found
+again, for every key type and through a sidecar's bytes. Built on a table,
+filters let a keyed append read only the files they cannot rule out, and
+every duplicate is still refused, with or without them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mere
+from mere.data import keyfilter
+from mere.data.keyfilter import KeyFilter, Probe, key_hashes
+
+SIG = [["k", "x"]]
+
+ints = st.integers(-(2**63), 2**63 - 1)
+floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
+texts = st.text(max_size=12)
+COLUMN_TYPES = [
+    (ints, pa.int64()),
+    (st.integers(-(2**31), 2**31 - 1), pa.int32()),
+    (st.integers(0, 2**64 - 1), pa.uint64()),
+    (floats, pa.float64()),
+    (texts, pa.string()),
+    (st.binary(max_size=12), pa.binary()),
+    (st.dates(), pa.date32()),
+    (st.datetimes(), pa.timestamp("us")),
+    (st.decimals(-(10**6), 10**6, places=2, allow_nan=False), pa.decimal128(10, 2)),
+    (st.booleans(), pa.bool_()),
+]
+
+
+@st.composite
+def key_tables(draw: st.DrawFn) -> pa.Table:
+    kinds = draw(st.lists(st.sampled_from(COLUMN_TYPES), min_size=1, max_size=3))
+    n = draw(st.integers(0, 60))
+    return pa.table(
+        {
+            f"c{i}": pa.array(draw(st.lists(strategy, min_size=n, max_size=n)), type_)
+            for i, (strategy, type_) in enumerate(kinds)
+        }
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(keys=key_tables())
+def test_a_filter_holds_every_key_it_was_built_from(keys: pa.Table) -> None:
+    built = KeyFilter.build(SIG, key_hashes(keys))
+    for flt in (built, KeyFilter.from_bytes(built.to_bytes())):
+        assert flt.may_contain(Probe.of(key_hashes(keys))).all()
+        # row by row, as a probe of one new key sees it
+        for i in range(min(keys.num_rows, 5)):
+            assert flt.may_contain(Probe.of(key_hashes(keys.slice(i, 1)))).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=40), other=ints)
+def test_widening_keeps_hashes_and_absent_keys_are_mostly_ruled_out(
+    values: list[int], other: int
+) -> None:
+    narrow = pa.table({"k": pa.array(values, pa.int32())})
+    wide = pa.table({"k": pa.array(values, pa.int64())})
+    assert (key_hashes(narrow) == key_hashes(wide)).all()
+    floats32 = pa.table({"k": pa.array([float(v) for v in values], pa.float32())})
+    floats64 = pa.table({"k": pa.array([float(np.float32(v)) for v in values], pa.float64())})
+    assert (key_hashes(floats32) == key_hashes(floats64)).all()
+    assert key_hashes(pa.table({"k": [other]}))[0] != key_hashes(pa.table({"k": [~other]}))[0]
+
+
+def test_equal_floats_hash_alike_and_the_false_positive_rate_is_small() -> None:
+    signed = key_hashes(pa.table({"k": [0.0, -0.0, math.nan, -math.nan]}))
+    assert signed[0] == signed[1] and signed[2] == signed[3]
+    flt = KeyFilter.build(SIG, key_hashes(pa.table({"k": np.arange(100_000)})))
+    absent = flt.may_contain(Probe.of(key_hashes(pa.table({"k": np.arange(10**9, 10**9 + 10**5)}))))
+    assert absent.mean() < 1e-3
+
+
+def test_corrupt_sidecars_do_not_decode() -> None:
+    good = KeyFilter.build(SIG, key_hashes(pa.table({"k": [1, 2, 3]}))).to_bytes()
+    for bad in (b"", b"MKF1", good[:-1], b"XKF1" + good[4:], good + b"\0" * 4):
+        with pytest.raises(keyfilter.CorruptKeyFilter):
+            KeyFilter.from_bytes(bad)
+
+
+# --- on tables -----------------------------------------------------------------------------
+
+SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> Iterator[None]:
+    keyfilter.CACHE.clear()
+    yield
+    keyfilter.CACHE.clear()
+
+
+def keyed(uri: str, files: int = 8, per: int = 500) -> mere.Database:
+    db = mere.connect(uri)
+    db.create_table("t", SCHEMA, primary_key=["id"])
+    order = 2 * np.random.default_rng(3).permutation(files * per)  # even keys: odd ones are new
+    for i in range(files):  # random keys: statistics rule no file out
+        part = order[i * per : (i + 1) * per]
+        db.table("t").append(pa.table({"id": part, "v": [str(k) for k in part]}, schema=SCHEMA))
+    return db
+
+
+def data_reads(db: mere.Database, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Data files opened from now on (key filters and log reads left out)."""
+    store = db.store
+    opened: list[str] = []
+    original = store.open_input
+
+    def open_input(key: str) -> pa.NativeFile:
+        if key.endswith(".parquet"):
+            opened.append(key)
+        return original(key)
+
+    monkeypatch.setattr(store, "open_input", open_input)
+    return opened
+
+
+@pytest.fixture(params=["memory", "local"])
+def uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return f"memory://filters-{uuid.uuid4().hex}" if request.param == "memory" else str(tmp_path)
+
+
+def test_new_keys_read_only_files_the_filters_cannot_rule_out(
+    uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = keyed(uri)
+    store = db.store
+    files = db.snapshot().table("t").files
+    # the first keyed appends built a filter for every committed file they read
+    db.table("t").append(pa.table({"id": [1, 7999], "v": ["x", "y"]}, schema=SCHEMA))
+    sidecars = {m.key for m in store.list("tables/") if m.key.endswith(keyfilter.SUFFIX)}
+    assert len(sidecars) >= len(files)
+    keyfilter.CACHE.clear()  # another process: reads the sidecars, not the data files
+    prefix = files[0].table_id and f"tables/{files[0].table_id}/"
+    base = {prefix + f.path for f in db.snapshot().table("t").files}
+    last = base - {prefix + f.path for f in files}  # the append above: no filter yet
+    opened = data_reads(db, monkeypatch)
+    new = range(3, 2 * 8 * 500, 26)  # odd: absent, spread over every file's range
+    db.table("t").append(pa.table({"id": new, "v": ["n"] * len(new)}, schema=SCHEMA))
+    # of the 9 committed files: the one without a filter, and perhaps one false positive
+    assert len((set(opened) & base) - last) <= 1, opened
+    opened.clear()
+    with pytest.raises(mere.DuplicateKey, match=r"\(1234\)"):
+        db.table("t").append(pa.table({"id": [5, 1234], "v": ["a", "b"]}, schema=SCHEMA))
+    assert 1 <= len(set(opened) & base) <= 2, opened
+
+
+def test_every_duplicate_is_refused_with_filters_in_place(uri: str) -> None:
+    db = keyed(uri, files=4, per=200)
+    rng = np.random.default_rng(5)
+    for round_ in range(30):
+        if round_ % 10 == 5:
+            keyfilter.CACHE.clear()
+        old = 2 * int(rng.integers(0, 800))
+        version = db.version
+        with pytest.raises(mere.DuplicateKey):
+            db.table("t").append(
+                pa.table({"id": [4 * round_ + 1, old], "v": ["a", "b"]}, schema=SCHEMA)
+            )
+        assert db.version == version
+        db.table("t").append(
+            pa.table({"id": [old, 4 * round_ + 3], "v": ["s", "s"]}, schema=SCHEMA),
+            on_duplicate="skip",
+        )
+    ids = db.table("t").scan(columns=["id"]).column("id").to_pylist()
+    assert len(ids) == len(set(ids)) == 800 + 30
+
+
+def test_corrupt_or_foreign_sidecars_are_read_around(uri: str) -> None:
+    db = keyed(uri, files=3, per=100)
+    db.table("t").append(pa.table({"id": [1, 599], "v": ["x", "y"]}, schema=SCHEMA))  # filters
+    store = db.store
+    sidecars = sorted(m.key for m in store.list("tables/") if m.key.endswith(keyfilter.SUFFIX))
+    assert sidecars
+    empty = KeyFilter.build(SIG, key_hashes(pa.table({"k": [-1]})))  # other columns, no keys
+    for i, key in enumerate(sidecars):
+        store.delete(key)
+        store.put_if_absent(key, b"garbage" if i % 2 else empty.to_bytes())
+    keyfilter.CACHE.clear()
+    held = db.table("t").scan(columns=["id"]).column("id").to_pylist()
+    for key in held[:: max(1, len(held) // 20)]:
+        with pytest.raises(mere.DuplicateKey):
+            db.table("t").append(pa.table({"id": [key], "v": ["d"]}, schema=SCHEMA))
+
+
+def test_a_changed_key_does_not_use_the_old_keys_filters(tmp_path: Path) -> None:
+    db = mere.connect(tmp_path)
+    schema = pa.schema([("a", pa.int64()), ("b", pa.int64())])
+    db.create_table("t", schema, primary_key=["a"])
+    db.table("t").append(pa.table({"a": [1, 2], "b": [7, 8]}, schema=schema))
+    db.table("t").append(pa.table({"a": [3], "b": [9]}, schema=schema))  # filters on a
+    with db.transaction() as tx:
+        tx.alter_table("t").set_primary_key(["b"])
+    with pytest.raises(mere.DuplicateKey, match=r"\(8\)"):
+        db.table("t").append(pa.table({"a": [4], "b": [8]}, schema=schema))
+
+
+def test_vacuum_deletes_a_sidecar_with_its_data_file_only(tmp_path: Path) -> None:
+    db = keyed(str(tmp_path), files=3, per=50)
+    db.table("t").append(pa.table({"id": [1, 299], "v": ["x", "y"]}, schema=SCHEMA))
+    store = db.store
+
+    def sidecars() -> set[str]:
+        return {m.key for m in store.list("tables/") if m.key.endswith(keyfilter.SUFFIX)}
+
+    before = sidecars()
+    assert before
+    db.vacuum(retention=dt.timedelta(0), force=True)  # nothing removed yet: all kept
+    assert sidecars() == before
+    db.table("t").compact()
+    db.vacuum(retention=dt.timedelta(0), force=True)
+    prefix = f"tables/{db.table('t').describe()['id']}/"
+    live = {prefix + f.path for f in db.snapshot().table("t").files}
+    assert all(keyfilter.data_key_of(k) in live for k in sidecars())
+    assert not (before & sidecars())
