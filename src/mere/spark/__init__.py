@@ -25,6 +25,14 @@ joins it with the candidate files)::
         .when_not_matched_insert_all()
         .execute())
 
+Spark SQL: :func:`views` registers every table as a temp view, all at one
+version; :func:`transaction` runs Spark SQL statements (queries, INSERT,
+UPDATE, DELETE, MERGE) in one mere transaction that commits them together::
+
+    with mere.spark.transaction(spark, uri) as tx:
+        tx.sql("INSERT INTO orders SELECT * FROM new_orders")
+        tx.sql("UPDATE customers SET last_order = DATE'2024-05-01' WHERE cid = 7")
+
 Spark workers must be able to import mere (install it where they run) and
 reach the database's store (a local path in local mode, or a store every
 executor can reach).
@@ -48,6 +56,7 @@ from pyspark.sql import SparkSession
 from mere.database import connect
 from mere.spark._dml import delete, merge, update
 from mere.spark._native import native_read, native_read_refusal, spark_condition
+from mere.spark._sql import PinnedViews, SparkTransaction, transaction, views
 from mere.spark._streaming import foreach_batch
 from mere.spark._write import write
 from mere.spark.datasource import MereDataSource
@@ -148,11 +157,15 @@ def read(
 
 __all__ = [
     "MereDataSource",
+    "PinnedViews",
+    "SparkTransaction",
     "delete",
     "foreach_batch",
     "merge",
     "read",
     "register",
+    "transaction",
     "update",
+    "views",
     "write",
 ]
