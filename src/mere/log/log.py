@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -57,6 +58,8 @@ MAX_PROBES = 16
 #: and a reader that had to probe further than this past the hint refreshes it:
 #: discovery then costs one get and at most HINT_INTERVAL + 1 heads (docs/format.md §3).
 HINT_INTERVAL = 8
+#: Winners' commits read back by lost puts, kept until a rebase reads them.
+WINNERS_KEPT = 8
 #: How often an ambiguous commit put is re-tried with the same bytes.
 AMBIGUOUS_PUT_ATTEMPTS = 3
 
@@ -73,6 +76,10 @@ class Log:
 
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
+        # Commit files never change: the winner a lost put read back serves the
+        # rebase that follows (read_commit), which would otherwise get it again.
+        self._winners: dict[int, bytes] = {}
+        self._winners_lock = threading.Lock()
 
     # --- discovery -------------------------------------------------------------
 
@@ -153,10 +160,13 @@ class Log:
                 versions below and above it exist (a gap in the log).
         """
         key = commit_key(version)
-        try:
-            data = self.store.get(key)
-        except ObjectNotFound:
-            raise self.missing_commit(version) from None
+        with self._winners_lock:
+            data = self._winners.pop(version, None)
+        if data is None:
+            try:
+                data = self.store.get(key)
+            except ObjectNotFound:
+                raise self.missing_commit(version) from None
         return decode_commit(key, version, data)
 
     def missing_commit(self, version: int) -> MereError:
@@ -248,7 +258,13 @@ class Log:
                     version=version,
                     commit_id=commit_id,
                 ) from exc
-            return PutOutcome.WON if _commit_id_of(existing) == commit_id else PutOutcome.LOST
+            if _commit_id_of(existing) == commit_id:
+                return PutOutcome.WON
+            with self._winners_lock:
+                if len(self._winners) >= WINNERS_KEPT:
+                    self._winners.clear()
+                self._winners[version] = existing
+            return PutOutcome.LOST
         raise CommitOutcomeUnknown(
             f"the commit of version {version} neither landed nor failed definitely "
             f"after {AMBIGUOUS_PUT_ATTEMPTS} attempts: {last_error}",
