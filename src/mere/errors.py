@@ -7,6 +7,8 @@ caller can decide whether to retry the whole transaction.
 
 from __future__ import annotations
 
+from typing import Self
+
 
 class MereError(Exception):
     """Root of every error raised by mere."""
@@ -66,8 +68,87 @@ class CorruptLog(MereError):
         self.reason = reason
 
 
-class DataFileMissing(MereError):
-    """A data file a version references no longer exists (vacuum deleted it)."""
+class DataFileError(MereError):
+    """A data file a version references cannot be read; the message names it.
+
+    ``path`` (the file's key or URI), ``table`` and ``version`` are set when
+    known: the code that reads a file knows no version, so a read of a
+    version adds it on the way up (:meth:`at_version`).
+    """
+
+    #: What users can do about it.
+    advice = ""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        help: str | None = None,
+        path: str | None = None,
+        table: str | None = None,
+        version: int | None = None,
+        reason: str = "",
+    ) -> None:
+        super().__init__(message, help=help)
+        self.path = path
+        self.table = table
+        self.version = version
+        self.reason = reason
+
+    @classmethod
+    def of(cls, path: str, table: str, *, reason: str = "", version: int | None = None) -> Self:
+        """The error for the data file ``path`` of ``table``, its message made from the parts."""
+        return cls(
+            cls.describe(path, table, version, reason),
+            help=cls.advice,
+            path=path,
+            table=table,
+            version=version,
+            reason=reason,
+        )
+
+    @classmethod
+    def describe(cls, path: str, table: str, version: int | None, reason: str) -> str:
+        raise NotImplementedError
+
+    def at_version(self, version: int) -> Self:
+        """The same error, naming the version being read (itself if it names one already)."""
+        if self.version is not None or self.path is None or self.table is None:
+            return self
+        return type(self).of(self.path, self.table, reason=self.reason, version=version)
+
+
+class DataFileMissing(DataFileError):
+    """A data file a version references no longer exists (vacuum deleted it).
+
+    ``reason`` says where it was looked for when that is not the database's own store.
+    """
+
+    advice = (
+        "vacuum deleted it: read a newer version; to keep a version readable, tag it "
+        "(db.tag) or export it before vacuuming"
+    )
+
+    @classmethod
+    def describe(cls, path: str, table: str, version: int | None, reason: str) -> str:
+        at = "" if version is None else f" (version {version})"
+        where = f" {reason}" if reason else ""
+        return f"data file {path} of table {table!r}{at} does not exist{where}"
+
+
+class CorruptDataFile(DataFileError):
+    """A data file cannot be read as Parquet: truncated or damaged after it was written."""
+
+    advice = (
+        "the file changed after mere wrote it (truncated or overwritten): restore it from "
+        "a backup, or read a version that does not reference it; `mere check` lists "
+        "damaged files"
+    )
+
+    @classmethod
+    def describe(cls, path: str, table: str, version: int | None, reason: str) -> str:
+        at = "" if version is None else f" (version {version})"
+        return f"data file {path} of table {table!r}{at} cannot be read as Parquet: {reason}"
 
 
 class InvalidCommit(MereError):

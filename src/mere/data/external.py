@@ -74,11 +74,8 @@ def open_data_file(store: ObjectStore, table: TableMeta, add: AddFile) -> pa.Nat
 
 
 def _missing(table: TableMeta, add: AddFile) -> DataFileMissing:
-    where = "in another database (an export's source) " if is_external_path(add.path) else ""
-    return DataFileMissing(
-        f"data file {data_file_name(table, add)} of table {table.name!r} does not exist {where}"
-        "(deleted by vacuum?)"
-    )
+    where = "in another database (an export's source)" if is_external_path(add.path) else ""
+    return DataFileMissing.of(data_file_name(table, add), table.name, reason=where)
 
 
 __all__ = ["data_file_location", "data_file_name", "external_store", "open_data_file"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -17,8 +18,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from mere.data.external import open_data_file
+from mere.data.external import data_file_name, open_data_file
 from mere.data.values import from_text
+from mere.errors import CorruptDataFile, DataFileError
 from mere.log.actions import AddFile, TableMeta
 from mere.schema import physical_name
 from mere.storage.base import ObjectStore
@@ -45,16 +47,19 @@ def read_file(
     schema = pa.schema([table.schema.field(c) for c in columns])
     source = open_data_file(store, table, add)
     try:
-        pf = pq.ParquetFile(source)
-        stored = _stored_columns(table, schema, pf)
-        if row_filter is not None and stored and row_filter.applies_to(table, pf.schema_arrow):
-            fragment = ds.ParquetFileFormat().make_fragment(source)
-            data = fragment.to_table(columns=stored, filter=row_filter.expression)
-            return _assemble(table, add, schema, data, data.num_rows)
-        data = pf.read(columns=stored, use_threads=True) if stored else None
+        with parquet_errors(table, add):
+            pf = pq.ParquetFile(source)
+            stored = _stored_columns(table, schema, pf)
+            if row_filter is not None and stored and row_filter.applies_to(table, pf.schema_arrow):
+                fragment = ds.ParquetFileFormat().make_fragment(source)
+                data = fragment.to_table(columns=stored, filter=row_filter.expression)
+                rows = data.num_rows
+            else:
+                data = pf.read(columns=stored, use_threads=True) if stored else None
+                rows = add.rows
     finally:
         source.close()
-    return _assemble(table, add, schema, data, add.rows)
+    return _assemble(table, add, schema, data, rows)
 
 
 def read_files(
@@ -127,15 +132,50 @@ def iter_file(
     schema = pa.schema([table.schema.field(c) for c in columns])
     source = open_data_file(store, table, add)
     try:
-        pf = pq.ParquetFile(source)
-        stored = _stored_columns(table, schema, pf)
+        with parquet_errors(table, add):
+            pf = pq.ParquetFile(source)
+            stored = _stored_columns(table, schema, pf)
         if not stored:
             yield _assemble(table, add, schema, None, add.rows)
             return
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=stored):
+        batches = pf.iter_batches(batch_size=batch_rows, columns=stored)
+        while True:
+            with parquet_errors(table, add):
+                batch = next(batches, None)
+            if batch is None:
+                return
             yield _assemble(table, add, schema, pa.Table.from_batches([batch]), batch.num_rows)
     finally:
         source.close()
+
+
+@contextmanager
+def parquet_errors(table: TableMeta, add: AddFile) -> Iterator[None]:
+    """Turn Parquet's errors decoding one data file into :class:`CorruptDataFile` naming it.
+
+    pyarrow names no file ("Parquet magic bytes not found in footer"); it
+    raises ``ArrowInvalid``, or a plain ``OSError`` for an undecodable footer
+    (subclasses of ``OSError``, such as a dropped connection, are not a damaged file).
+    """
+    try:
+        yield
+    except pa.ArrowInvalid as exc:
+        raise CorruptDataFile.of(data_file_name(table, add), table.name, reason=str(exc)) from exc
+    except OSError as exc:
+        if type(exc) is not OSError:
+            raise
+        raise CorruptDataFile.of(data_file_name(table, add), table.name, reason=str(exc)) from exc
+
+
+@contextmanager
+def at_version(version: int | None) -> Iterator[None]:
+    """Name ``version`` in the data-file errors raised inside (file readers know no version)."""
+    try:
+        yield
+    except DataFileError as exc:
+        if version is None:
+            raise
+        raise exc.at_version(version) from exc.__cause__
 
 
 def _stored_columns(table: TableMeta, schema: pa.Schema, pf: pq.ParquetFile) -> list[str]:

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as sqlexpr
-from mere.data.reader import iter_read_files
+from mere.data.reader import at_version, iter_read_files
 
 if TYPE_CHECKING:
     from mere.txn.transaction import TxTable
@@ -38,16 +38,18 @@ def rewrite_matching(
             matched += add.rows
         else:
             to_read.append(add)
-    for add, rows in iter_read_files(stage.store, plan.table, to_read, plan.table.schema.names):
-        mask = match_mask(plan.predicate, rows)
-        count = pc.sum(mask).as_py() or 0
-        if count == 0:
-            continue
-        replacement = change(rows, mask)
-        stage.remove_files(table_id, [add])
-        if replacement.num_rows:
-            stage.write_rows(table_id, replacement)
-        matched += count
+    pieces = iter_read_files(stage.store, plan.table, to_read, plan.table.schema.names)
+    with at_version(table.transaction.read_version):  # named by a missing or damaged file
+        for add, rows in pieces:
+            mask = match_mask(plan.predicate, rows)
+            count = pc.sum(mask).as_py() or 0
+            if count == 0:
+                continue
+            replacement = change(rows, mask)
+            stage.remove_files(table_id, [add])
+            if replacement.num_rows:
+                stage.write_rows(table_id, replacement)
+            matched += count
     return matched
 
 

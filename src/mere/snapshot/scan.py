@@ -15,7 +15,7 @@ from functools import cached_property
 import pyarrow as pa
 
 from mere import expr as sqlexpr
-from mere.data.reader import RowFilter, iter_file, read_file
+from mere.data.reader import RowFilter, at_version, iter_file, read_file
 from mere.data.values import from_text, stat_from_json
 from mere.errors import InvalidExpression, SchemaMismatch
 from mere.log.actions import AddFile, TableMeta
@@ -162,8 +162,14 @@ def output_schema(plan: ScanPlan) -> pa.Schema:
     return pa.schema([plan.table.schema.field(c) for c in plan.columns])
 
 
-def scan_files(store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile]) -> pa.Table:
-    """Read and filter ``files`` (already selected by the plan) into one table."""
+def scan_files(
+    store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile], *, version: int | None = None
+) -> pa.Table:
+    """Read and filter ``files`` (already selected by the plan) into one table.
+
+    ``version``: the version read, named by an error about a missing or
+    damaged data file (:class:`~mere.errors.DataFileError`).
+    """
 
     row_filter = plan.row_filter()
 
@@ -172,25 +178,27 @@ def scan_files(store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile]) -> 
 
     if not files:
         return output_schema(plan).empty_table()
-    if len(files) == 1:
-        parts = [one(files[0])]
-    else:
-        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(files))) as pool:
-            parts = list(pool.map(one, files))
+    with at_version(version):
+        if len(files) == 1:
+            parts = [one(files[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(files))) as pool:
+                parts = list(pool.map(one, files))
     if not plan.columns:  # concat_tables drops the row count of tables without columns
         return pa.table({"_": pa.nulls(sum(p.num_rows for p in parts))}).select([])
     return pa.concat_tables(parts)
 
 
 def scan_batches(
-    store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile]
+    store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile], *, version: int | None = None
 ) -> pa.RecordBatchReader:
-    """Stream ``files`` as record batches, one bounded piece at a time."""
+    """Stream ``files`` as record batches, one bounded piece at a time (``version``: as above)."""
     schema = output_schema(plan)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for add in files:
-            for piece in iter_file(store, plan.table, add, plan.read_columns):
-                yield from _finish(plan, piece).to_batches()
+        with at_version(version):
+            for add in files:
+                for piece in iter_file(store, plan.table, add, plan.read_columns):
+                    yield from _finish(plan, piece).to_batches()
 
     return pa.RecordBatchReader.from_batches(schema, batches())

@@ -115,14 +115,16 @@ class TableSnapshot:
     def scan(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         """Rows matching the SQL ``filter`` (all rows if None), as one Arrow table."""
         plan = plan_scan(self._state.meta, columns, filter)
-        return scan_files(self._store, plan, select_files(plan, self._state))
+        return scan_files(self._store, plan, select_files(plan, self._state), version=self.version)
 
     def scan_batches(
         self, columns: Sequence[str] | None = None, filter: str | None = None
     ) -> pa.RecordBatchReader:
         """The same rows as :meth:`scan`, streamed with bounded memory."""
         plan = plan_scan(self._state.meta, columns, filter)
-        return scan_batches(self._store, plan, select_files(plan, self._state))
+        return scan_batches(
+            self._store, plan, select_files(plan, self._state), version=self.version
+        )
 
     def to_dataset(self) -> ds.Dataset:
         """A reusable ``pyarrow.dataset.Dataset`` of the table at this version.

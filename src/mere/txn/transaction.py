@@ -635,14 +635,16 @@ class TxTable:
         """Rows of the snapshot plus this transaction's writes matching ``filter``."""
         self.transaction.check_open()
         plan, files = self.stage.plan_read(self.table_id, columns, filter)
-        return scan_files(self.transaction.store, plan, files)
+        version = self.transaction.read_version
+        return scan_files(self.transaction.store, plan, files, version=version)
 
     def scan_batches(
         self, columns: Sequence[str] | None = None, filter: str | None = None
     ) -> pa.RecordBatchReader:
         self.transaction.check_open()
         plan, files = self.stage.plan_read(self.table_id, columns, filter)
-        return scan_batches(self.transaction.store, plan, files)
+        version = self.transaction.read_version
+        return scan_batches(self.transaction.store, plan, files, version=version)
 
     def describe(self) -> dict[str, Any]:
         base, own = self.stage.live_files(self.table_id)
