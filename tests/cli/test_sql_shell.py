@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from datetime import date
 from pathlib import Path
 
@@ -58,17 +59,28 @@ def state(path: Path) -> tuple[list[tuple[int, int]], list[tuple[int, date | Non
 UNCHANGED = ([], [(1, None), (2, None)])
 
 
-def spawn(tmp_path: Path, *args: str) -> pexpect.spawn:
-    env = dict(os.environ, TERM="dumb", HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path / "st"))
-    env.pop("MERE_SQL_HISTORY", None)
-    return pexpect.spawn(
-        str(SCRIPT),
-        ["sql", *args],
-        env=env,
-        encoding="utf-8",
-        timeout=WAIT,
-        dimensions=(50, 160),
-    )
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Callable[..., pexpect.spawn]]:
+    """Start ``mere sql ARGS`` in a pseudo-terminal; every shell is killed at the end."""
+    children: list[pexpect.spawn] = []
+
+    def start(*args: str) -> pexpect.spawn:
+        env = dict(os.environ, TERM="dumb", HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path / "st"))
+        env.pop("MERE_SQL_HISTORY", None)
+        child = pexpect.spawn(
+            str(SCRIPT),
+            ["sql", *args],
+            env=env,
+            encoding="utf-8",
+            timeout=WAIT,
+            dimensions=(50, 160),
+        )
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        child.close(force=True)
 
 
 def typed(child: pexpect.spawn, line: str, prompt: str) -> list[str]:
@@ -80,9 +92,9 @@ def typed(child: pexpect.spawn, line: str, prompt: str) -> list[str]:
 
 @needs_script
 def test_a_session_with_a_transaction_an_error_a_rollback_and_a_commit(
-    shop: Path, tmp_path: Path
+    shop: Path, tmp_path: Path, spawn: Callable[..., pexpect.spawn]
 ) -> None:
-    child = spawn(tmp_path, str(shop))
+    child = spawn(str(shop))
     child.expect_exact("\\q to quit.")
     child.expect_exact("mere=> ")
     assert typed(child, "BEGIN;", "mere*> ") == ["BEGIN"]
@@ -130,8 +142,10 @@ def test_a_session_with_a_transaction_an_error_a_rollback_and_a_commit(
 
 
 @needs_script
-def test_a_read_only_session_at_a_version_refuses_writes(shop: Path, tmp_path: Path) -> None:
-    child = spawn(tmp_path, str(shop), "--version", "2")  # customers and orders, no rows
+def test_a_read_only_session_at_a_version_refuses_writes(
+    shop: Path, spawn: Callable[..., pexpect.spawn]
+) -> None:
+    child = spawn(str(shop), "--version", "2")  # customers and orders, no rows
     child.expect_exact("(read-only)")
     child.expect_exact("mere@2=> ")
     out = typed(child, "DELETE FROM customers;", "mere@2=> ")

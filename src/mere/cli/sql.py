@@ -9,9 +9,11 @@ one, ``\?`` helps, ``\q`` quits. A failing statement prints one ``error: ...``
 line and the session goes on; inside a transaction only that statement is
 undone (``Session(on_error="statement")``, like psql's
 ``ON_ERROR_ROLLBACK=interactive``), so the user decides between ``COMMIT`` and
-``ROLLBACK``. Ctrl-C drops the input being typed (or stops a running
-statement, rolling back an open transaction: a half-run statement cannot be
-kept); Ctrl-D and ``\q`` leave, rolling back an open transaction and saying so.
+``ROLLBACK``. Ctrl-C drops the input being typed; during a statement it
+cancels it (a query as soon as DuckDB notices, which it does between pieces of
+work: sometimes only at the end), and if it arrives outside the statement's own
+undo an open transaction is rolled back, as a half-run statement cannot be
+kept. Ctrl-D and ``\q`` leave, rolling back an open transaction and saying so.
 
 **Scripts** (``-c TEXT``, ``-f FILE``, or stdin that is not a terminal) run
 as ``db.sql`` does: statement by statement, each one's result printed; the
@@ -33,7 +35,9 @@ per line (JSON Lines, as ``mere scan --json``): a query's rows, and
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -365,6 +369,34 @@ def _say_error(message: str) -> None:
     click.echo(f"error: {message}", err=True)
 
 
+class _Interrupts:
+    """Whether Ctrl-C was pressed while a statement ran.
+
+    DuckDB turns the KeyboardInterrupt raised inside a query into an error of
+    its own, so the shell notes the signal itself to tell a cancellation from
+    a failure.
+    """
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    @contextmanager
+    def watching(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def note(signum: int, frame: Any) -> None:
+            self.seen = True
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGINT, note)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
 def run_typed(target: _Target, text: str, *, as_json: bool) -> None:
     """Run what was typed at the prompt; an error is reported and the session goes on."""
     try:
@@ -374,10 +406,14 @@ def run_typed(target: _Target, text: str, *, as_json: bool) -> None:
         return
     for i, piece in enumerate(pieces):
         was_open = target.in_transaction()
+        interrupts = _Interrupts()
         try:
-            statement = _parse(piece)
-            result = target.run(statement)
+            with interrupts.watching():
+                statement = _parse(piece)
+                result = target.run(statement)
         except KeyboardInterrupt:
+            # Raised outside a statement's savepoint handling: what it staged
+            # may be half there, so an open transaction cannot be kept.
             if target.rollback():
                 _say_error("cancelled; the open transaction was rolled back")
             else:
@@ -395,7 +431,8 @@ def run_typed(target: _Target, text: str, *, as_json: bool) -> None:
             skipped = len(pieces) - i - 1
             if skipped:
                 note += f" ({skipped} more statement{'s' if skipped > 1 else ''} not run)"
-            _say_error(_error_text(exc) + note)
+            message = "cancelled" if interrupts.seen else _error_text(exc)
+            _say_error(message + note)
             return
         show_result(statement, result, as_json=as_json)
 
