@@ -46,8 +46,6 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 import pyarrow as pa
-from rich.console import Group, RenderableType
-from rich.text import Text
 
 import mere
 from mere.cli.common import (
@@ -61,15 +59,13 @@ from mere.cli.common import (
     time_travel_options,
     wants_json,
 )
-from mere.cli.output import cell, console, emit_json, human_size, iter_rows, make_table, titled
+from mere.cli.sql_output import show_result, show_table, show_tables
 from mere.errors import MereError
 
 if TYPE_CHECKING:
     from mere.sql.script import Statement
     from mere.sql.session import Session
 
-#: Rows a result shows as a table (``--json`` prints every row).
-MAX_SHOWN_ROWS = 1000
 #: Statements the history file keeps.
 HISTORY_LENGTH = 1000
 
@@ -154,7 +150,9 @@ class _ReadOnly(_Target):
 
     def run(self, statement: Statement) -> pa.Table | None:
         if statement.kind != "query":
-            raise _ReadOnlyRefusal(
+            from mere.sql.errors import UnsupportedSQL
+
+            raise UnsupportedSQL(
                 f"{statement.keyword}: this session is read-only at version "
                 f"{self._snapshot.version} ({self._how})",
                 help="leave out --version/--timestamp to change the database",
@@ -169,10 +167,6 @@ class _ReadOnly(_Target):
 
     def describe(self, name: str) -> dict[str, Any]:
         return self._snapshot.table(name).describe()
-
-
-class _ReadOnlyRefusal(MereError):
-    """A statement that would write, in a read-only session."""
 
 
 # --- splitting input into statements --------------------------------------------
@@ -217,110 +211,6 @@ def is_complete(text: str) -> bool:
     except SQLError:  # an open string or comment: the statement goes on
         return False
     return bool(tokens) and tokens[-1].token_type == TokenType.SEMICOLON
-
-
-# --- printing results -------------------------------------------------------------
-
-
-def _tag(statement: Statement, result: pa.Table | None) -> str:
-    """What a statement that returns no rows prints, psql style: ``INSERT 2``, ``BEGIN``."""
-    keyword = statement.keyword
-    if result is not None and "count" in result.column_names and result.num_rows == 1:
-        row = result.to_pylist()[0]
-        extra = [f"{k} {row[k]}" for k in ("inserted", "updated", "deleted") if k in row]
-        return f"{keyword} {row['count']}" + (f" ({', '.join(extra)})" if extra else "")
-    if keyword in ("CREATE", "DROP", "ALTER"):
-        return f"{keyword} TABLE"
-    return keyword
-
-
-def _rows_view(result: pa.Table) -> RenderableType:
-    numeric = [
-        f.name
-        for f in result.schema
-        if pa.types.is_integer(f.type)
-        or pa.types.is_floating(f.type)
-        or pa.types.is_decimal(f.type)
-    ]
-    table = make_table(result.column_names, right=numeric)
-    shown = result.slice(0, MAX_SHOWN_ROWS)
-    for row in iter_rows(shown):
-        table.add_row(*(cell(value) for value in row.values()))
-    total = result.num_rows
-    if total > shown.num_rows:
-        caption = f"(first {shown.num_rows:,} of {total:,} rows; --json prints them all)"
-    else:
-        caption = f"({_count(total, 'row')})"
-    return Group(table, Text(caption, style="dim"))
-
-
-def show_result(statement: Statement, result: pa.Table | None, *, as_json: bool) -> None:
-    """Print a statement's result: a query's rows, or its tag (JSON: rows only)."""
-    if as_json:
-        if result is not None:
-            for row in iter_rows(result):
-                emit_json(row, lines=True)
-        return
-    if statement.kind == "query" and result is not None:
-        console().print(_rows_view(result))
-    else:
-        click.echo(_tag(statement, result))
-
-
-def _tables_view(target: _Target, as_json: bool) -> None:
-    entries = []
-    for name in target.tables():
-        info = target.describe(name)
-        entries.append(
-            {
-                "name": name,
-                "rows": info["rows"],
-                "files": info["files"],
-                "size_bytes": info["size_bytes"],
-            }
-        )
-    if as_json:
-        for entry in entries:
-            emit_json(entry, lines=True)
-        return
-    where = "in this transaction" if target.in_transaction() else f"at version {target.version()}"
-    if not entries:
-        click.echo(f"no tables {where}")
-        return
-    table = make_table(["table", "rows", "files", "size"], right=("rows", "files", "size"))
-    for entry in entries:
-        table.add_row(
-            Text(entry["name"]),
-            f"{entry['rows']:,}",
-            f"{entry['files']:,}",
-            human_size(entry["size_bytes"]),
-        )
-    console().print(titled(f"tables {where}", table))
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
-
-
-def _describe_view(target: _Target, name: str, as_json: bool) -> None:
-    info = target.describe(name)
-    if as_json:
-        emit_json(info, lines=True)
-        return
-    table = make_table(["column", "type", "nullable"])
-    partition = set(info["partition_by"])
-    for field in info["schema"]:
-        column = Text(field["name"])
-        if field["name"] in partition:
-            column.append(" (partition)", style="dim")
-        table.add_row(column, Text(field["type"]), "yes" if field["nullable"] else "no")
-    caption = (
-        f"{_count(info['rows'], 'row')} in {_count(info['files'], 'file')}, "
-        f"{human_size(info['size_bytes'])}"
-    )
-    if info["partition_by"]:
-        caption += f"; partitioned by {', '.join(info['partition_by'])}"
-    console().print(titled(f"table {info['name']}", table, caption))
 
 
 # --- running ----------------------------------------------------------------------
@@ -490,9 +380,12 @@ def _meta(target: _Target, command: str, as_json: bool) -> bool:
     if name == "\\?":
         click.echo(HELP)
     elif name == "\\dt" or (name == "\\d" and not argument):
-        _tables_view(target, as_json)
+        where = (
+            "in this transaction" if target.in_transaction() else f"at version {target.version()}"
+        )
+        show_tables([target.describe(t) for t in target.tables()], where, as_json=as_json)
     elif name == "\\d":
-        _describe_view(target, argument, as_json)
+        show_table(target.describe(argument), as_json=as_json)
     else:
         _say_error(f"unknown command {name}; \\? lists the commands")
     return True
