@@ -117,7 +117,8 @@ def test_statements_are_atomic_and_unsupported_ones_are_named(spark, uri):
             tx.sql("SELECT 1; SELECT 2")
         deleted = tx.sql("DELETE FROM customers WHERE cid = 2")
         assert deleted.collect()[0]["count"] == 1
-    assert [r["oid"] for r in rows(db, "orders", "oid")] == [1]  # only the good INSERT
+        tx.sql("INSERT OVERWRITE orders SELECT oid + 1, cid, amount, day FROM orders")
+    assert [r["oid"] for r in rows(db, "orders", "oid")] == [2]  # only the good INSERT, moved
     assert [r["cid"] for r in rows(db, "customers", "cid")] == [1]
     assert db.history(1)[0]["version"] == tx.version
 
@@ -185,9 +186,15 @@ def test_create_table_using_mere_fails_with_a_hint(spark, uri, tmp_path):
     shop(uri)
     location = os.fspath(uri).replace("'", "\\'")
     try:
-        with pytest.raises(AnalysisException, match=r"CREATE TEMPORARY VIEW|does not know the opt"):
+        with pytest.raises(AnalysisException, match="use CREATE TEMPORARY VIEW"):
             spark.sql(
                 f"CREATE TABLE shop_orders USING mere LOCATION '{tmp_path / 'spark'}' "
+                f"OPTIONS (database '{location}', table 'orders')"
+            )
+        with pytest.raises(AnalysisException, match=r"got no options: .* CREATE TEMPORARY VIEW"):
+            # with its columns given, Spark creates the table without asking the source
+            spark.sql(
+                f"CREATE TABLE shop_orders (oid BIGINT) USING mere LOCATION '{tmp_path / 's2'}' "
                 f"OPTIONS (database '{location}', table 'orders')"
             )
             spark.sql("SELECT * FROM shop_orders").collect()

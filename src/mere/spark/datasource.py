@@ -121,6 +121,7 @@ def check_options(options: Any, known: Sequence[str], what: str) -> None:
     Raises:
         InvalidArgument: an unknown option, naming it and listing the known ones.
     """
+    refuse_catalog_table(options)
     by_key = {k.lower(): k for k in known}
     unknown = sorted(str(key) for key in options.keys() if str(key).lower() not in by_key)
     if unknown:
@@ -129,6 +130,28 @@ def check_options(options: Any, known: Sequence[str], what: str) -> None:
             f"the mere data source does not know the option(s) {names} for {what}; "
             f"known options: {', '.join(known)}"
         )
+
+
+#: Why ``CREATE TABLE ... USING mere`` cannot work, and what to use instead.
+CATALOG_TABLE_HINT = (
+    "Spark's session catalog passes a Python data source no options when a table made "
+    "with CREATE TABLE ... USING mere is read or written; use CREATE TEMPORARY VIEW <name> "
+    "USING mere OPTIONS (database '<uri>', table '<table>') instead"
+)
+
+
+def refuse_catalog_table(options: Any) -> None:
+    """Refuse ``CREATE TABLE ... USING mere`` when Spark creates it, with the way out.
+
+    At CREATE TABLE, Spark hands the data source the catalog's table
+    properties (``provider``, ``owner``, ``option.*``) besides the options;
+    later reads and writes of that table get no options at all.
+
+    Raises:
+        InvalidArgument: the options are those of a catalog table being created.
+    """
+    if "provider" in {str(key).lower() for key in options.keys()}:
+        raise InvalidArgument(f"CREATE TABLE ... USING mere is not supported: {CATALOG_TABLE_HINT}")
 
 
 def _option(options: Any, key: str) -> str | None:
@@ -146,6 +169,11 @@ def _table_name(options: Any) -> str:
 def _database(options: Any) -> str:
     uri = _option(options, "database")
     if uri is None:
+        if not dict(options):  # a catalog table's reads and writes get no options
+            raise ValueError(
+                f'the mere data source needs option("database", <uri>) and got no options: '
+                f"{CATALOG_TABLE_HINT}"
+            )
         raise ValueError('the mere data source needs option("database", <uri>)')
     return uri
 
