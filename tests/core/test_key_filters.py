@@ -102,7 +102,8 @@ SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache() -> Iterator[None]:
+def _fresh_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(keyfilter, "MIN_SIDECAR_ROWS", 0)  # sidecars for these small files too
     keyfilter.CACHE.clear()
     yield
     keyfilter.CACHE.clear()
@@ -211,6 +212,15 @@ def test_a_changed_key_does_not_use_the_old_keys_filters(tmp_path: Path) -> None
         tx.alter_table("t").set_primary_key(["b"])
     with pytest.raises(mere.DuplicateKey, match=r"\(8\)"):
         db.table("t").append(pa.table({"a": [4], "b": [8]}, schema=schema))
+
+
+def test_small_files_get_no_sidecar(uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keyfilter, "MIN_SIDECAR_ROWS", 300)
+    db = keyed(uri, files=3, per=200)
+    db.table("t").append(pa.table({"id": [1, 1199], "v": ["x", "y"]}, schema=SCHEMA))
+    assert not [m.key for m in db.store.list("tables/") if m.key.endswith(keyfilter.SUFFIX)]
+    with pytest.raises(mere.DuplicateKey):
+        db.table("t").append(pa.table({"id": [2, 3], "v": ["x", "y"]}, schema=SCHEMA))
 
 
 def test_vacuum_deletes_a_sidecar_with_its_data_file_only(tmp_path: Path) -> None:

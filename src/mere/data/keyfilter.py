@@ -58,6 +58,8 @@ MAGIC = b"MKF1"
 BITS_PER_KEY = 32
 #: Keys per numpy step when building (bounds the (keys x 8) masks).
 CHUNK = 1 << 18
+#: Files with fewer rows get no sidecar (their filters live only in memory).
+MIN_SIDECAR_ROWS = 4096
 #: The most blocks a filter has (256 MiB); past ~67M keys in one file it fills up.
 MAX_BLOCKS = 1 << 23
 HASH_NAME = "mere-key-v1"
@@ -331,16 +333,21 @@ def known(store: ObjectStore, data_key: str) -> bool:
 
 
 def save(store: ObjectStore, data_key: str, flt: KeyFilter) -> None:
-    """Write a committed data file's sidecar (create-only; best effort) and cache it.
+    """Write a committed data file's sidecar (best effort) and cache it.
 
-    Another process may have written it first (the same filter of the same
-    keys); a store that refuses the write leaves the file without one. Either
-    way checks stay correct: a file without a filter is read.
+    Files under :data:`MIN_SIDECAR_ROWS` rows get none: reading their key
+    columns costs what reading a sidecar would. The write is a plain put (no
+    create-only check, not made durable): a sidecar is a cache, every writer
+    of it writes the same bytes (the filter of the same keys), and one lost or
+    torn by a crash does not decode and is ignored. A store that refuses the
+    write leaves the file without one; checks stay correct either way.
     """
     CACHE.put(store, data_key, flt)
+    if flt.rows < MIN_SIDECAR_ROWS:
+        return
     try:
-        store.put_if_absent(sidecar_key(data_key), flt.to_bytes())
-    except StorageError:  # AlreadyExists among them
+        store.put(sidecar_key(data_key), flt.to_bytes())
+    except StorageError:
         pass
 
 

@@ -497,19 +497,26 @@ class Stage:
                 continue
             parts = [t.select(columns) for t in frame.new_keys.get(table_id, [])]
             written = frame.new_key_files.get(table_id, [])
-            if written:
-                parts.append(self._keys_of(meta, written, columns))
+            published = added_keys(self.store, meta, written).select(columns) if written else None
+            if published is not None:
+                parts.append(published)
             new = pa.concat_tables(parts, promote_options="permissive") if parts else None
             if new is None or new.num_rows == 0:
                 continue
             refuse_duplicates(meta, duplicates_within(new), "among the rows written")
             base, own = self.live_files(table_id)
-            counts = key_counts(self.store, meta, base, new, own=own)
-            refuse_duplicates(
-                meta,
-                counts.filter(pc.greater(counts["count_all"], 1)).select(columns),
-                "already in the table",
-            )
+            # The files published here hold only keys of `new`, each once (checked just
+            # above): they need not be read again. A key of theirs is a duplicate when any
+            # other live row holds it; a key of the rows written, when a second row does
+            # (its own row is in one of the files read).
+            skip = {a.path for a in written}
+            rest = [a for a in own if a.path not in skip]
+            counts = key_counts(self.store, meta, base, new, own=rest)
+            duplicates = counts.filter(pc.greater(counts["count_all"], 1)).select(columns)
+            if published is not None and counts.num_rows:
+                held = semi_join(counts.select(columns), published.cast(new.schema))
+                duplicates = pa.concat_tables([duplicates, held]) if held.num_rows else duplicates
+            refuse_duplicates(meta, duplicates, "already in the table")
 
     def _keys_of(self, meta: TableMeta, files: Sequence[AddFile], columns: list[str]) -> pa.Table:
         plan = plan_scan(meta, columns, None)
