@@ -241,3 +241,32 @@ def test_vacuum_deletes_a_sidecar_with_its_data_file_only(tmp_path: Path) -> Non
     live = {prefix + f.path for f in db.snapshot().table("t").files}
     assert all(keyfilter.data_key_of(k) in live for k in sidecars())
     assert not (before & sidecars())
+
+
+def test_a_merge_publishing_files_still_meets_keys_held_elsewhere(uri: str) -> None:
+    """The files a merge publishes are not re-read: their keys are checked against the rest."""
+    db = keyed(uri, files=4, per=100)
+    ids = sorted(db.table("t").scan(columns=["id"]).column("id").to_pylist())
+    version = db.version
+    with pytest.raises(mere.DuplicateKey, match=rf"\({ids[-1]}\)"):
+        (  # updates a row of one file to a key another file holds
+            db.table("t")
+            .merge(pa.table({"v": [str(ids[0])], "nid": [ids[-1]]}), "t.v = s.v")
+            .when_matched_update({"id": "s.nid"})
+            .execute()
+        )
+    with pytest.raises(mere.DuplicateKey, match=rf"\({ids[5]}\)"):
+        (  # inserts a key held by a file the merge does not rewrite
+            db.table("t")
+            .merge(pa.table({"id": [ids[5]], "v": ["none"]}, schema=SCHEMA), "t.v = s.v")
+            .when_not_matched_insert_all()
+            .execute()
+        )
+    assert db.version == version
+    moved = (
+        db.table("t")
+        .merge(pa.table({"v": [str(ids[0])], "nid": [1]}), "t.v = s.v")
+        .when_matched_update({"id": "s.nid"})
+        .execute()
+    )
+    assert moved.num_target_rows_updated == 1
