@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.types as pat
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from mere.database import connect
 from mere.errors import InvalidArgument, InvalidExpression
 from mere.log.actions import AddFile, TableMeta
+from mere.names import NULL_PARTITION
 from mere.schema import physical_name, physical_names_clashing
 from mere.snapshot.scan import plan_scan
 from mere.spark import _core
@@ -36,6 +38,9 @@ from mere.storage import LocalStore, ObjectStore
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+
+#: Partition values read as literals, not from directory names: ``(column, value)``.
+Literals = tuple[tuple[str, str], ...]
 
 #: Store URI schemes and the Hadoop file system scheme Spark reads them with.
 _HADOOP_SCHEMES = {"s3": "s3a", "s3a": "s3a", "gs": "gs", "abfs": "abfs", "abfss": "abfss"}
@@ -98,6 +103,35 @@ def _column(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def _literal_partitions(table: TableMeta, add: AddFile) -> Literals:
+    """The partition values of ``add`` that its directory names cannot give back.
+
+    Hive-style paths write null, ``''`` and the string
+    ``__HIVE_DEFAULT_PARTITION__`` alike, and Spark reads all three as null;
+    the log tells them apart, so files with ``''`` or that string read their
+    value as a literal.
+    """
+    found = []
+    for c in table.partition_columns:
+        value = add.partition_values.get(c)
+        if value is not None and value in ("", NULL_PARTITION):
+            found.append((c, value))
+    return tuple(found)
+
+
+def _opaque(column: Column) -> Column:
+    """A float column whose filters Spark keeps instead of pushing into its Parquet reader.
+
+    Spark's Parquet filter pushdown skips row groups by footer min/max, which
+    leave NaN out (files written by pyarrow, older mere versions or Spark's
+    own writer): ``f <> 5`` lost the NaN rows of a row group whose other
+    values are all 5. ``nanvl(f, f)`` is ``f`` bit for bit (-0.0, NaN and
+    infinities included), and a filter over it is not translated into a
+    Parquet filter. Column pruning is unaffected.
+    """
+    return F.nanvl(column, column)
+
+
 def read_files(
     spark: SparkSession, store: ObjectStore, table: TableMeta, files: Sequence[AddFile]
 ) -> DataFrame:
@@ -118,29 +152,32 @@ def read_files(
     ]
     reader_schema = StructType(data_fields + part_fields)
 
-    def scan(group: Sequence[AddFile], empty: dict[str, str]) -> DataFrame:
+    def scan(group: Sequence[AddFile], fixed: dict[str, str]) -> DataFrame:
         paths = [f"{location}/{add.path}" for add in group]
         df = spark.read.schema(reader_schema).option("basePath", location).parquet(*paths)
         columns = []
         for f, spark_field in zip(table.schema, logical.fields, strict=True):
-            if f.name in empty:
-                column = F.lit("").cast(spark_field.dataType)
+            if f.name in fixed:
+                column = F.lit(fixed[f.name]).cast(spark_field.dataType)
             elif f.name in partitions:
                 column = F.col(_column(f.name))
             else:
                 column = F.col(_column(physical_name(f)))
+                if pat.is_floating(f.type):
+                    column = _opaque(column)
             columns.append(column.alias(f.name))
         return df.select(*columns)
 
-    # Hive-style paths cannot tell an empty string from null (both are
-    # __HIVE_DEFAULT_PARTITION__); the log can, so such files are read apart.
+    # Hive-style paths cannot tell an empty string or the string
+    # '__HIVE_DEFAULT_PARTITION__' from null (all three are written so); the log
+    # can, so such files are read apart, their values as literals.
     plain: list[AddFile] = []
-    special: dict[tuple[str, ...], list[AddFile]] = defaultdict(list)
+    special: dict[Literals, list[AddFile]] = defaultdict(list)
     for add in files:
-        blanks = tuple(c for c in table.partition_columns if add.partition_values.get(c) == "")
+        blanks = _literal_partitions(table, add)
         (special[blanks] if blanks else plain).append(add)
     parts = ([scan(plain, {})] if plain else []) + [
-        scan(group, dict.fromkeys(blanks, "")) for blanks, group in special.items()
+        scan(group, dict(blanks)) for blanks, group in special.items()
     ]
     result = parts[0]
     for part in parts[1:]:
