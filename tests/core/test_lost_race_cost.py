@@ -1,19 +1,22 @@
-"""What losing a commit race costs: the winner's commit is read once, not twice.
+"""What losing a commit race costs.
 
 A put that finds its version taken reads the object back to compare commit
 ids (a client's own retry can report "already exists" for a create that
 landed); the rebase that follows uses those bytes instead of getting the
-winner's commit again.
+winner's commit again. The winners are then applied in runs, not one by one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 import mere
 from mere.log.keys import commit_key
+from mere.snapshot.state import DatabaseState
 from mere.storage import FaultyStore, MemoryStore
 from mere.storage.base import ObjectStore
 
@@ -46,3 +49,56 @@ def test_a_lost_race_reads_the_winners_commit_once() -> None:
     assert db.table("a").scan().column("k").to_pylist() == [0, 2]
     fresh: Any = mere.connect(store.inner, create=False)
     assert fresh.table("b").scan().column("k").to_pylist() == [1]
+
+
+def test_a_rebase_applies_winners_in_runs_and_ends_where_readers_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = MemoryStore()
+    db = mere.connect(store)
+    for name in ("a", "b"):
+        db.create_table(name, KV)
+    db.table("a").append([{"k": 0}])
+    other = mere.connect(store, create=False)
+    for i in range(3):
+        other.table("b").append([{"k": i}])
+    other.create_table("c", KV)  # metadata: ends a run
+    other.table("c").append([{"k": 9}])
+    other.table("b").append([{"k": 3}])
+    other.drop_table("c")
+    other.table("b").append([{"k": 4}])
+
+    runs: list[int] = []
+    original = DatabaseState.apply_many
+
+    def recording(self: DatabaseState, commits: Sequence[Any]) -> DatabaseState:
+        runs.append(len(commits))
+        return original(self, commits)
+
+    monkeypatch.setattr(DatabaseState, "apply_many", recording)
+    version = db.table("a").append([{"k": 1}])
+    monkeypatch.undo()
+    # Our commit checked on the stale base, the seven winners in three runs (ended by
+    # the create and the drop), then our commit checked again on top of them.
+    assert runs == [1, 4, 3, 1, 1]
+    fresh = mere.connect(store, create=False)
+    assert db.snapshot().version == fresh.snapshot().version == version
+    for name in ("a", "b"):
+        mine = sorted(f.path for f in db.snapshot().table(name).files)
+        assert mine == sorted(f.path for f in fresh.snapshot().table(name).files)
+    assert db.tables() == fresh.tables() == ["a", "b"]
+
+
+def test_a_conflicting_winner_inside_a_run_is_still_found() -> None:
+    store = MemoryStore()
+    db = mere.connect(store)
+    db.create_table("a", KV)
+    db.table("a").append([{"k": 0}])
+    other = mere.connect(store, create=False)
+    other.create_table("b", KV)
+    other.table("b").append([{"k": 1}])
+    with db.transaction() as tx:
+        tx.table("a").delete("k = 0")
+        other.table("a").delete("k = 0")  # removes the file tx also removes
+        with pytest.raises(mere.ConflictError):
+            tx.commit()

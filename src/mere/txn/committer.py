@@ -28,7 +28,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mere.errors import CorruptLog, InvalidArgument, InvalidCommit, RetriesExhausted
-from mere.log.actions import Action, CommitInfo, decode_commit, encode_commit
+from mere.log.actions import (
+    Action,
+    AddFile,
+    AppTxn,
+    Commit,
+    CommitInfo,
+    RemoveFile,
+    decode_commit,
+    encode_commit,
+)
 from mere.log.keys import commit_key
 from mere.log.log import Log, PutOutcome
 from mere.snapshot.state import DatabaseState
@@ -77,6 +86,11 @@ def validate(
             f"refused to publish version {version}: readers would reject it ({exc.reason})",
             help="this is a bug in mere or in the engine writing through it; nothing was committed",
         ) from None
+
+
+def changes_metadata(commit: Commit) -> bool:
+    """Whether ``commit`` holds anything but data files and application markers."""
+    return not all(isinstance(a, AddFile | RemoveFile | AppTxn) for a in commit.actions)
 
 
 class Committer:
@@ -144,11 +158,21 @@ class Committer:
         )
 
     def rebase(self, base: DatabaseState, latest: int, footprint: TxFootprint) -> DatabaseState:
-        """Check every commit after ``base`` up to ``latest`` and move onto it."""
+        """Check every commit after ``base`` up to ``latest`` and move onto it.
+
+        Winners are applied in runs (one bulk change of each table's files per
+        run, not one per winner: applying is most of a lost race's cost when
+        many writers share the log). A winner is checked against the state
+        below it only for table metadata (names, creations), so a run ends
+        after each commit that changes metadata.
+        """
+        run: list[Commit] = []
         for commit in self.log.read_commits(base.version + 1, latest):
-            check_winner(footprint, base, commit)
-            base = base.apply(commit)
-        return base
+            check_winner(footprint, base, commit)  # base's metadata is the winner's `before`
+            run.append(commit)
+            if changes_metadata(commit):
+                base, run = base.apply_many(run), []
+        return base.apply_many(run)
 
     def create(self, info: CommitInfo, actions: Sequence[Action]) -> Committed | None:
         """Publish version 0 (a new database). None when another client created it first.
