@@ -519,7 +519,7 @@ def drop_export(db: DatabaseContext, name: str, *, tag_only: bool = False) -> in
         InvalidArgument: ``tag_only`` and the name is an export.
     """
     check_export_name(name)
-    found = _find(db.latest_state(), name)
+    found = find_export(db.latest_state(), name)
     if tag_only and found.mode != "tag":
         raise InvalidArgument(
             f"{found.name!r} is a {found.mode} export, not a tag",
@@ -540,10 +540,15 @@ def resolve_named_version(db: DatabaseContext, name: str) -> int:
     Raises:
         ExportNotFound: no live export or tag has that name.
     """
-    return _find(db.latest_state(), name).version
+    return find_export(db.latest_state(), name).version
 
 
-def _find(state: DatabaseState, name: str) -> Export:
+def find_export(state: DatabaseState, name: str) -> Export:
+    """The live export or tag named ``name`` in ``state`` (names ignore case).
+
+    Raises:
+        ExportNotFound: none has that name (the error lists those that exist).
+    """
     found = state.export_by_name(name) if isinstance(name, str) else None
     if found is not None:
         return found
@@ -603,8 +608,8 @@ def _secure(
     of deletions is marked before its run reads the log (docs/format.md
     §11.9), and the registration is committed before the marks are read here:
     so a batch that missed the export is marked now, or has ended. Waiting for
-    the marks that name what the export keeps to go, then checking that it
-    all still exists, leaves nothing to chance; batches marked later see the
+    the marks that name what the export keeps to go, then checking that all
+    of it still exists, leaves nothing to chance; batches marked later see the
     export and spare it.
     """
     versions = set()
@@ -612,13 +617,13 @@ def _secure(
         if state.version < registered - 1:
             write_checkpoint(db, state)  # create-only: an existing one is kept
             versions.add(state.version)
-    keys = {meta.prefix + add.path: (meta, add) for meta, add in shared}
+    keys = {meta.prefix + add.path for meta, add in shared}
 
     def touches(mark: DeletionMark) -> bool:
         return any(key in keys or _log_version(key) in versions for key in mark.keys)
 
     try:
-        marked = await_marks(db, touches, common.MARK_WAIT_SECONDS)
+        await_marks(db, touches, common.MARK_WAIT_SECONDS)
     except TimeoutError as exc:
         error = VersionNotFound if "expire" in str(exc) else DataFileMissing
         raise error(
@@ -633,10 +638,10 @@ def _secure(
                 f"version {version} was expired while export {action.name!r} was being "
                 "recorded; the export was dropped again"
             )
-    check = _at_risk(db.latest_state(), shared)
-    named = {key for mark in marked for key in mark.keys if key in keys}
-    check += [keys[key] for key in sorted(named) if keys[key] not in check]
-    _check_present(db, check)
+    # Every shared file, not only those no longer live: a file vacuum deleted as an
+    # orphan before its commit landed (a retention shorter than a transaction) or
+    # before a restore re-added it is live and gone, and must not be exported.
+    _check_present(db, [job for job in shared if not is_external_path(job[1].path)])
 
 
 def _log_version(key: str) -> int | None:
