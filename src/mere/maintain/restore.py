@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from mere.data.external import data_file_location, data_file_name
 from mere.errors import ConflictError, InvalidArgument, ObjectNotFound, TableNotFound
 from mere.log.actions import AddFile, TableMeta
 from mere.maintain.common import DataFileMissing
@@ -219,8 +220,9 @@ def _check_files_exist(
     def missing(job: tuple[TableMeta, AddFile]) -> tuple[TableMeta, AddFile] | None:
         meta, add = job
         try:
-            db.store.head(meta.prefix + add.path)
-        except ObjectNotFound:
+            holder, key = data_file_location(db.store, meta, add)  # an export's: its source's
+            holder.head(key)
+        except (ObjectNotFound, DataFileMissing):
             return job
         return None
 
@@ -231,7 +233,7 @@ def _check_files_exist(
                 if found is not None:
                     meta, add = found
                     raise DataFileMissing(
-                        f"cannot restore version {version}: data file {meta.prefix}{add.path} "
+                        f"cannot restore version {version}: data file {data_file_name(meta, add)} "
                         f"of table {meta.name!r} no longer exists (deleted by vacuum)",
                         help="restore a version within the vacuum retention",
                     )

@@ -4,6 +4,9 @@ How the files are read depends on the store, and never calls back into
 Python from pyarrow's I/O threads (an engine scanning the dataset may hold
 the GIL while it waits for them):
 
+Each file is read from the store that holds it (an export's target may name
+its source's files by absolute URI, docs/format.md §11.6):
+
 * a :class:`~mere.storage.LocalStore`: pyarrow's own local file system reads
   the files in place, only the column chunks a scan needs (each path is
   checked to resolve inside the store's root, as the store itself does);
@@ -40,8 +43,9 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.types as pat
 
+from mere.data.external import data_file_location, data_file_name
 from mere.data.values import from_text
-from mere.errors import InvalidKey
+from mere.errors import DataFileMissing, InvalidKey, ObjectNotFound
 from mere.log.actions import AddFile, TableMeta
 from mere.schema import physical_name
 from mere.storage.base import ObjectStore, check_key
@@ -64,23 +68,35 @@ def physical_schema(meta: TableMeta) -> pa.Schema:
 def physical_dataset(
     store: ObjectStore, meta: TableMeta, files: Sequence[AddFile]
 ) -> ds.FileSystemDataset:
-    """The files as one dataset in :func:`physical_schema`, with what the log knows of each."""
-    keys = [meta.prefix + add.path for add in files]
-    guarantees = [file_guarantee(meta, add) for add in files]
+    """The files as one dataset in :func:`physical_schema`, with what the log knows of each.
+
+    Each file is read where :func:`~mere.data.external.data_file_location`
+    says it lives: in ``store``, or (an absolute path of an export's target)
+    in its source's store.
+    """
     local = pafs.LocalFileSystem()
-    if isinstance(store, LocalStore):
-        fragments = [
-            _FORMAT.make_fragment(
-                local_path(store, key), local, partition_expression=g, file_size=add.size
+    fragments: list[ds.ParquetFileFragment | None] = [None] * len(files)
+    remote: dict[int, tuple[ObjectStore, list[tuple[int, str]]]] = {}
+    for i, add in enumerate(files):
+        holder, key = data_file_location(store, meta, add)
+        if isinstance(holder, LocalStore):
+            fragments[i] = _FORMAT.make_fragment(
+                local_path(holder, key),
+                local,
+                partition_expression=file_guarantee(meta, add),
+                file_size=add.size,
             )
-            for key, g, add in zip(keys, guarantees, files, strict=True)
-        ]
-    else:
-        fragments = [
-            _FORMAT.make_fragment(pa.BufferReader(data), partition_expression=g)
-            for data, g in zip(_fetch(store, keys), guarantees, strict=True)
-        ]
-    return ds.FileSystemDataset(fragments, physical_schema(meta), _FORMAT, local)
+        else:
+            remote.setdefault(id(holder), (holder, []))[1].append((i, key))
+    for holder, jobs in remote.values():
+        names = [data_file_name(meta, files[i]) for i, _ in jobs]
+        fetched = _fetch(holder, [key for _, key in jobs], names)
+        for (i, _), data in zip(jobs, fetched, strict=True):
+            fragments[i] = _FORMAT.make_fragment(
+                pa.BufferReader(data), partition_expression=file_guarantee(meta, files[i])
+            )
+    made = [f for f in fragments if f is not None]
+    return ds.FileSystemDataset(made, physical_schema(meta), _FORMAT, local)
 
 
 def local_path(store: LocalStore, key: str) -> str:
@@ -96,14 +112,21 @@ def local_path(store: LocalStore, key: str) -> str:
     return path
 
 
-def _fetch(store: ObjectStore, keys: Sequence[str]) -> list[pa.Buffer]:
-    def one(key: str) -> pa.Buffer:
-        return pa.py_buffer(store.get(key))
+def _fetch(store: ObjectStore, keys: Sequence[str], names: Sequence[str]) -> list[pa.Buffer]:
+    """The objects at ``keys`` (``names``: how an error names each one)."""
 
-    if not store.concurrent_reads or len(keys) <= 1:
-        return [one(k) for k in keys]
-    with ThreadPoolExecutor(max_workers=min(FETCH_THREADS, len(keys))) as pool:
-        return list(pool.map(one, keys))
+    def one(job: tuple[str, str]) -> pa.Buffer:
+        key, name = job
+        try:
+            return pa.py_buffer(store.get(key))
+        except ObjectNotFound:
+            raise DataFileMissing(f"data file {name} does not exist (deleted by vacuum?)") from None
+
+    jobs = list(zip(keys, names, strict=True))
+    if not store.concurrent_reads or len(jobs) <= 1:
+        return [one(job) for job in jobs]
+    with ThreadPoolExecutor(max_workers=min(FETCH_THREADS, len(jobs))) as pool:
+        return list(pool.map(one, jobs))
 
 
 def has_renamed_columns(meta: TableMeta) -> bool:

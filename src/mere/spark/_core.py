@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mere.data.external import open_data_file
 from mere.data.reader import READ_BATCH_ROWS, _assemble, _stored_columns, iter_file
 from mere.database import connect
 from mere.errors import MereError
@@ -119,7 +120,7 @@ def iter_row_groups(
         yield from iter_file(store, table, add, columns, batch_rows)
         return
     schema = pa.schema([table.schema.field(c) for c in columns])
-    source = store.open_input(table.prefix + add.path)
+    source = open_data_file(store, table, add)  # an export's may be its source's
     try:
         pf = pq.ParquetFile(source)
         groups = [g for g in range(pf.num_row_groups) if g * parts // pf.num_row_groups == part]

@@ -25,6 +25,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
+from mere.data.external import data_file_location
 from mere.database import connect
 from mere.errors import InvalidArgument, InvalidExpression
 from mere.log.actions import AddFile, TableMeta
@@ -139,7 +140,6 @@ def read_files(
     logical = spark_schema(table.schema)
     if not files:
         return spark.createDataFrame([], logical)
-    location = table_location(store, table)
     partitions = set(table.partition_columns)
     data_fields = [
         StructField(physical_name(f), spark_type(f.type), True)
@@ -152,9 +152,9 @@ def read_files(
     ]
     reader_schema = StructType(data_fields + part_fields)
 
-    def scan(group: Sequence[AddFile], fixed: dict[str, str]) -> DataFrame:
-        paths = [f"{location}/{add.path}" for add in group]
-        df = spark.read.schema(reader_schema).option("basePath", location).parquet(*paths)
+    def scan(location: str, paths: Sequence[str], fixed: dict[str, str]) -> DataFrame:
+        full = [f"{location}/{path}" for path in paths]
+        df = spark.read.schema(reader_schema).option("basePath", location).parquet(*full)
         columns = []
         for f, spark_field in zip(table.schema, logical.fields, strict=True):
             if f.name in fixed:
@@ -171,14 +171,15 @@ def read_files(
     # Hive-style paths cannot tell an empty string or the string
     # '__HIVE_DEFAULT_PARTITION__' from null (all three are written so); the log
     # can, so such files are read apart, their values as literals.
-    plain: list[AddFile] = []
-    special: dict[Literals, list[AddFile]] = defaultdict(list)
+    # A file of an export's source (an absolute path, docs/format.md §11.6) is read
+    # under that table's location there: files are grouped by location too.
+    groups: dict[tuple[str, Literals], list[str]] = defaultdict(list)
     for add in files:
         blanks = _literal_partitions(table, add)
-        (special[blanks] if blanks else plain).append(add)
-    parts = ([scan(plain, {})] if plain else []) + [
-        scan(group, dict(blanks)) for blanks, group in special.items()
-    ]
+        holder, key = data_file_location(store, table, add)
+        location = table_location(holder, table)
+        groups[(location, blanks)].append(key[len(table.prefix) :])
+    parts = [scan(location, paths, dict(blanks)) for (location, blanks), paths in groups.items()]
     result = parts[0]
     for part in parts[1:]:
         result = result.unionByName(part)

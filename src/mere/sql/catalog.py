@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from mere.errors import DatabaseNotFound, VersionNotFound
 from mere.log.actions import AddFile, TableMeta
 from mere.log.log import Log
+from mere.maintain.export import find_export
 from mere.snapshot.loader import load_state
 from mere.snapshot.state import DatabaseState
 from mere.storage.base import ObjectStore
@@ -58,6 +59,14 @@ class History:
     def version_at(self, timestamp_ms: int) -> int:
         """The newest version committed at or before ``timestamp_ms``."""
         return self.log.version_at_timestamp(timestamp_ms, 0, self._latest())
+
+    def version_named(self, name: str) -> int:
+        """The version of the live export or tag ``name`` (at the latest version).
+
+        Raises:
+            ExportNotFound: no live export or tag has that name.
+        """
+        return find_export(self.state_at(self._latest()), name).version
 
     def _latest(self) -> int:
         latest = self.log.latest_version(known=self._known.version)

@@ -19,7 +19,9 @@ pyarrow dataset instead. It is refused for:
 * partition columns other than integers, strings, dates and booleans;
 * a file whose statistics do not show it holds every column of the table
   (one written before a column was added, or without statistics);
-* file paths with glob characters, and more than :data:`MAX_BRANCHES`
+* file paths with glob characters, a file of another database (an export's
+  target may name its source's files, docs/format.md §11.6; DuckDB may read
+  under the store's root only), and more than :data:`MAX_BRANCHES`
   partition values.
 
 DuckDB's reader opens the footer of every live file when the view is bound
@@ -35,6 +37,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.types as pat
 
+from mere.data.external import data_file_location
 from mere.log.actions import AddFile, TableMeta
 from mere.schema import physical_name
 from mere.snapshot.dataset import local_path
@@ -117,7 +120,10 @@ def native_view(store: LocalStore, meta: TableMeta, files: Sequence[AddFile]) ->
     for add in sorted(files, key=lambda a: a.modification_time, reverse=True):
         if not _holds_every_column(add, physical):
             return None
-        path = local_path(store, meta.prefix + add.path)
+        holder, file_key = data_file_location(store, meta, add)
+        if holder is not store:  # DuckDB may read under this store's root only
+            return None
+        path = local_path(store, file_key)
         if _GLOB & set(path) or "'" in path:
             return None
         key = tuple(add.partition_values.get(c) for c in meta.partition_columns)

@@ -59,7 +59,9 @@ def register_tables(
     for travel in travels:
         history = catalog.history
         version = travel.version
-        if version is None:
+        if travel.name is not None:
+            version = history.version_named(travel.name)
+        elif version is None:
             assert travel.timestamp_ms is not None
             version = history.version_at(travel.timestamp_ms)
         if version not in states:

@@ -186,6 +186,8 @@ class TimeTravel:
     table: str
     version: int | None = None
     timestamp_ms: int | None = None
+    #: ``FOR SYSTEM_VERSION AS OF 'name'``: the version of a live export or tag.
+    name: str | None = None
 
 
 def rewrite_time_travel(statement: Statement) -> tuple[str, list[TimeTravel]]:
@@ -193,7 +195,8 @@ def rewrite_time_travel(statement: Statement) -> tuple[str, list[TimeTravel]]:
 
     The reference becomes ``"__mere_asof_<n>" AS t`` (or keeps the alias the
     query gives it), so column references ``t.col`` still resolve. The value
-    must be a literal: an integer version, or a timestamp as
+    must be a literal: an integer version, a string naming an export or tag
+    (for ``SYSTEM_VERSION``), or a timestamp as
     ``TIMESTAMP '...'``, ``TIMESTAMPTZ '...'``, ``DATE '...'`` or a string
     (ISO 8601; UTC unless it carries an offset).
 
@@ -222,9 +225,17 @@ def rewrite_time_travel(statement: Statement) -> tuple[str, list[TimeTravel]]:
             name_start = i - 3  # schema.table
         table = tokens[i - 1].text
         j = i + 4
-        version, moment, j = _as_of_value(tokens, j, period, clause)
+        named: str | None = None
+        if (
+            period == "SYSTEM_VERSION"
+            and j < len(tokens)
+            and tokens[j].token_type == TokenType.STRING
+        ):
+            version, moment, named, j = None, None, tokens[j].text, j + 1
+        else:
+            version, moment, j = _as_of_value(tokens, j, period, clause)
         relation = f"__mere_asof_{len(travels)}"
-        travels.append(TimeTravel(relation, table, version, moment))
+        travels.append(TimeTravel(relation, table, version, moment, named))
         has_alias = j < len(tokens) and tokens[j].token_type in (TokenType.ALIAS, *_NAME_TOKENS)
         out.append(text[cursor : tokens[name_start].start])
         out.append(_quote(relation) + ("" if has_alias else f" AS {_quote(table)}"))
@@ -244,7 +255,7 @@ def _as_of_value(
         if tok.token_type == TokenType.NUMBER and tok.text.isdigit():
             return int(tok.text), None, j + 1
         raise SQLError(
-            f"{clause} takes a version number literal, not {tok.text!r}",
+            f"{clause} takes a version number literal or an export name, not {tok.text!r}",
             help="parameters and expressions are not supported there",
         )
     text: str | None = None
