@@ -200,3 +200,20 @@ def test_create_table_using_mere_fails_with_a_hint(spark, uri, tmp_path):
             spark.sql("SELECT * FROM shop_orders").collect()
     finally:
         spark.sql("DROP TABLE IF EXISTS shop_orders")
+
+
+def test_a_query_in_a_serializable_transaction_is_a_read_for_conflicts(spark, uri):
+    db = shop(uri)
+    tx = mere.spark.transaction(spark, uri, isolation="serializable")
+    try:
+        assert tx.sql("SELECT count(*) FROM orders").collect()[0][0] == 0
+        tx.sql("UPDATE customers SET name = 'Ann B' WHERE cid = 1")
+        # another writer adds an order the query above would have counted
+        db.table("orders").append(
+            pa.table({"oid": [5], "cid": [1], "amount": [Decimal("1.00")], "day": [DAY]}, ORDERS)
+        )
+        with pytest.raises(mere.ConflictError):
+            tx.commit()
+    finally:
+        tx.abort()
+    assert [r["name"] for r in rows(db, "customers", "cid")] == ["Ann", "Bob"]
