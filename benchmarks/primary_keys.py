@@ -58,10 +58,17 @@ def build(root: Path, rows: int, files: int, keyed: bool) -> mere.Database:
     return db
 
 
-def timed(action: object) -> float:
+#: Per step, the CPU seconds of this process (all threads) beside the wall time:
+#: less sensitive to a busy machine than the wall clock.
+CPU: dict[str, list[float]] = {}
+
+
+def timed(action: object, name: str = "") -> float:
     assert callable(action)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     action()
+    if name:
+        CPU.setdefault(name, []).append(time.process_time() - cpu)
     return time.perf_counter() - start
 
 
@@ -94,15 +101,19 @@ def main() -> None:
             return pa.table({"id": new, "v": np.ones(args.batch)}, schema=SCHEMA)
 
         first = new_batch()
-        times["first keyed append"].append(timed(lambda: keyed.table("t").append(first)))
+        times["first keyed append"].append(
+            timed(lambda: keyed.table("t").append(first), "first keyed append")
+        )
         plain.table("t").append(new_batch())
         for _ in range(args.repeat):  # appends of new keys: plain, keyed, keyed in a new process
             for name, db in (("append", plain), ("append, keyed", keyed)):
                 batch = new_batch()
-                times[name].append(timed(lambda db=db, b=batch: db.table("t").append(b)))
+                times[name].append(timed(lambda db=db, b=batch: db.table("t").append(b), name))
             forget_filters()
             cold = new_batch()
-            times["append, keyed, cold"].append(timed(lambda b=cold: keyed.table("t").append(b)))
+            times["append, keyed, cold"].append(
+                timed(lambda b=cold: keyed.table("t").append(b), "append, keyed, cold")
+            )
         for _ in range(args.repeat):  # upserts, half new keys, against the same merge
             old = rng.choice(args.rows, args.batch // 2, replace=False)
             fresh = np.arange(next_key, next_key + args.batch - args.batch // 2)
@@ -110,7 +121,7 @@ def main() -> None:
             ids = np.concatenate([old, fresh])
             batch = pa.table({"id": ids, "v": np.full(len(ids), 2.0)}, schema=SCHEMA)
             times["upsert"].append(
-                timed(lambda b=batch: keyed.table("t").append(b, on_duplicate="update"))
+                timed(lambda b=batch: keyed.table("t").append(b, on_duplicate="update"), "upsert")
             )
             fresh2 = fresh + 10 * args.rows
             ids2 = np.concatenate([old, fresh2])
@@ -123,24 +134,31 @@ def main() -> None:
                         .when_matched_update_all()
                         .when_not_matched_insert_all()
                         .execute()
-                    )
+                    ),
+                    "merge",
                 )
             )
         med = {k: statistics.median(v) for k, v in times.items()}
+        cpu = {k: statistics.median(v) for k, v in CPU.items()}
         print(f"rows={args.rows:,} files={args.files} batch={args.batch} repeat={args.repeat}")
         for name, value in med.items():
-            print(f"  {name:22s} {value * 1000:9.1f} ms")
+            print(f"  {name:22s} {value * 1000:9.1f} ms  (CPU {cpu[name] * 1000:9.1f} ms)")
         ratios = {
             "keyed / plain append": med["append, keyed"] / med["append"],
             "keyed cold / plain append": med["append, keyed, cold"] / med["append"],
             "upsert / merge": med["upsert"] / med["merge"],
+            "keyed / plain append, CPU": cpu["append, keyed"] / cpu["append"],
+            "keyed cold / plain append, CPU": cpu["append, keyed, cold"] / cpu["append"],
+            "upsert / merge, CPU": cpu["upsert"] / cpu["merge"],
         }
         for name, value in ratios.items():
             print(f"  {name:26s} {value:.2f}x")
         if args.output:
             report = {
                 "parameters": vars(args),
-                "results": [{"name": k, "ms": v * 1000} for k, v in med.items()],
+                "results": [
+                    {"name": k, "ms": v * 1000, "cpu_ms": cpu[k] * 1000} for k, v in med.items()
+                ],
                 "ratios": [{"name": k, "ratio": v} for k, v in ratios.items()],
             }
             Path(args.output).write_text(json.dumps(report, indent=2))
