@@ -267,6 +267,10 @@ class LocalStore(ObjectStore):
         """
         path = self._path(key)
         parent = os.path.dirname(path)
+        if os.path.isfile(path):
+            # Taken already (a commit race lost): spare the temp file and its fsync, the
+            # slowest step of a put. The link below still decides every other case.
+            raise AlreadyExists(key)
         try:
             tmp, created = self._write_temp(key, parent, data, sync=True)
             try:
