@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import mere
 import mere.snapshot.files as files_module
 from mere.expr import to_arrow
 from mere.log.actions import (
@@ -209,3 +210,28 @@ def test_replay_on_a_checkpoint_base_keeps_what_a_dict_would(
     assert sorted(written.column("path").to_pylist()) == sorted(expected)
     # the base is untouched: the state it came from still reads as it was
     assert len(start.tables[TID].live) == len(base)
+
+
+# --- a checkpoint's base under a newer schema ---------------------------------------------------
+
+
+def test_columns_added_and_widened_after_a_checkpoint_read_from_its_parts(tmp_path: Any) -> None:
+    """The parts hold the old layout; the table's files are read in the new one."""
+    db = mere.connect(tmp_path / "db")
+    db.create_table("t", pa.schema([("id", pa.int64()), ("v", pa.int32())]))
+    for i in range(3):
+        db.table("t").append([{"id": i, "v": i}])
+    db.checkpoint()
+    with db.begin() as tx:
+        tx.alter_table("t").add_column("extra", pa.int64()).widen_column("v", pa.int64())
+    db.table("t").append([{"id": 9, "v": 2**40, "extra": 5}])
+    for _ in range(2):  # read from the old checkpoint's parts, then from a new checkpoint's
+        fresh = mere.connect(tmp_path / "db", create=False)
+        table = fresh.table("t")
+        assert table.scan(filter="extra = 5").column("id").to_pylist() == [9]
+        assert table.scan(filter="extra IS NULL").num_rows == 3
+        assert table.scan(filter="v > 100").column("id").to_pylist() == [9]
+        assert table.scan(filter="v = 1").column("id").to_pylist() == [1]
+        assert table.describe()["files"] == 4
+        assert fresh.latest_state().tables == db.latest_state().tables
+        fresh.checkpoint()

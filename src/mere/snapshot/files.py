@@ -53,7 +53,15 @@ SLICE_ROWS = 256
 
 
 class FileSource(Protocol):
-    """Where a base of files comes from: all rows of some columns, on request."""
+    """Where a base of files comes from: all rows of some columns, on request.
+
+    A source keeps the layout it was written in (a checkpoint's parts are not
+    rewritten when a column is added or widened later); :class:`LiveFiles`
+    conforms what it reads to the table's current layout.
+    """
+
+    @property
+    def layout(self) -> FileLayout: ...
 
     @property
     def num_rows(self) -> int: ...
@@ -73,6 +81,10 @@ class TableSource:
     def __init__(self, layout: FileLayout, table: pa.Table) -> None:
         self._layout = layout
         self._table = table
+
+    @property
+    def layout(self) -> FileLayout:
+        return self._layout
 
     @property
     def num_rows(self) -> int:
@@ -111,6 +123,10 @@ class PartsSource:
         self._lock = threading.Lock()
         self._data: list[pa.Buffer] | None = None
         self._columns: dict[str, pa.ChunkedArray] = {}
+
+    @property
+    def layout(self) -> FileLayout:
+        return self._layout
 
     @property
     def num_rows(self) -> int:
@@ -353,9 +369,13 @@ class LiveFiles(Mapping[str, AddFile]):
         return self.columns(self.layout.schema.names)
 
     def _base_read(self, names: Sequence[str]) -> pa.Table:
+        """Columns ``names`` of the base, in this layout (its own may be older)."""
         if self._base is None:  # none (any more: files read anew have no base)
             return self.layout.empty().select(list(names))
-        return self._base.read(names)
+        if self._base.layout == self.layout:
+            return self._base.read(names)
+        known = set(self._base.layout.schema.names)
+        return self.layout.conform(self._base.read([n for n in names if n in known]), names)
 
     def _fill(self, names: list[str]) -> None:
         base = self._from_base(lambda: self._base_read(names))  # first: may read anew
@@ -392,6 +412,8 @@ class LiveFiles(Mapping[str, AddFile]):
             return
         removed = pa.array(list(self._removed), pa.string()) if self._removed else None
         for piece in self._base.pieces():
+            if self._base.layout != self.layout:
+                piece = self.layout.conform(piece)
             if removed is not None:
                 piece = piece.filter(pc.invert(pc.is_in(piece.column(PATH), value_set=removed)))
             yield _normalize_table(piece)
