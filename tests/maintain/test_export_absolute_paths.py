@@ -118,3 +118,16 @@ def test_sql_time_travel_by_export_or_tag_name(tmp_path: Path) -> None:
     assert {t: db.sql(by_name.format(t)).to_pylist() for t in ("ints", "floats")} == expected
     with pytest.raises(mere.VersionNotFound, match="no export or tag named 'q4'"):
         db.sql("SELECT * FROM ints FOR SYSTEM_VERSION AS OF 'q4'")
+
+
+def test_export_delta_of_a_minimal_exports_table_copies_its_sources_files(tmp_path: Path) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    db = mere.connect(tmp_path / "src")
+    fill(db)
+    expected = sorted(db.table("ints").scan(["id"]).column("id").to_pylist())
+    db.export(tmp_path / "out", mode="minimal", name="e")
+    target = mere.connect(tmp_path / "out", create=False)
+    result = target.table("ints").export_delta(tmp_path / "delta")
+    assert result.files == 6
+    delta = deltalake.DeltaTable(str(tmp_path / "delta")).to_pyarrow_table()
+    assert sorted(delta.column("id").to_pylist()) == expected

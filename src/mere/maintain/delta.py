@@ -28,7 +28,7 @@ import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 import pyarrow.types as pat
 
 import mere
+from mere.data.external import data_file_location, data_file_name
 from mere.data.reader import read_file
 from mere.data.values import from_text, stat_from_json
 from mere.errors import (
@@ -413,9 +414,10 @@ def _write_file(
     db: DatabaseContext, target: ObjectStore, meta: TableMeta, add: AddFile, file_schema: pa.Schema
 ) -> tuple[AddFile, int, bool]:
     """Copy (or rewrite in Delta's names and types) one data file; (add, size, rewritten)."""
-    key = meta.prefix + add.path
+    holder, stored_key = data_file_location(db.store, meta, add)  # an export's: its source's
+    key = data_file_name(meta, add)
     try:
-        data = db.store.get(key)
+        data = holder.get(stored_key)
     except ObjectNotFound:
         raise DataFileMissing(
             f"data file {key} of table {meta.name!r} no longer exists (deleted by vacuum)"
@@ -437,6 +439,7 @@ def _write_file(
         sink = pa.BufferOutputStream()
         pq.write_table(pa.Table.from_arrays(arrays, schema=file_schema), sink, compression="zstd")
         data = sink.getvalue().to_pybytes()
+    add = replace(add, path=stored_key[len(meta.prefix) :])  # relative in the Delta table
     try:
         target.put_if_absent(add.path, data)
     except AlreadyExists:
