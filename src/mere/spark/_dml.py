@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
@@ -27,15 +28,18 @@ from mere.log.actions import AddFile
 from mere.ops.update import UpdateRows
 from mere.spark import _core
 from mere.spark._files import (
+    STRAGGLER_WAIT_SECONDS,
     Rewritten,
     WriteTarget,
     add_from_json,
     add_to_json,
     delete_files,
+    end_job,
+    open_job,
     rewrite_file,
 )
 from mere.spark._merge import SparkMerger
-from mere.spark._write import _PathList, check_uri
+from mere.spark._write import check_uri
 from mere.storage import open_store
 from mere.txn.context import run_statement
 from mere.txn.transaction import DEFAULT_ISOLATION, Isolation, Transaction
@@ -73,36 +77,42 @@ def rewrite_job(
 ) -> list[Rewritten]:
     """Rewrite ``files`` on the executors; return what happened to each.
 
-    If the job fails, every file its finished tasks wrote is deleted (a
-    failing task deletes its own).
+    The job gets a location of its own (:class:`~mere.spark._files.JobLocation`,
+    unless ``target`` names one) where its tasks record their files, as write
+    jobs do: if the job fails, every file its tasks wrote is deleted, those
+    of tasks still running when Spark reported the failure included (they
+    are waited for, :data:`~mere.spark._files.STRAGGLER_WAIT_SECONDS` at most,
+    and delete their own files if they finish later); files of task attempts
+    whose output Spark discarded are deleted too.
     """
     sc = spark.sparkContext
-    written = sc.accumulator([], _PathList())
+    store = open_store(target.uri)
+    if target.job is None:
+        target = replace(target, job=open_job(store, target.table))
+    job = target.job
+    assert job is not None
 
     def task(texts: Iterable[str]) -> Iterable[str]:
-        store = open_store(target.uri)
+        task_store = open_store(target.uri)
         done: list[Rewritten] = []
         try:
             for text in texts:
-                done.append(rewrite_file(target, store, add_from_json(text), where, change))
+                done.append(rewrite_file(target, task_store, add_from_json(text), where, change))
         except BaseException:
-            delete_files(store, target.table, [a.path for r in done for a in r.adds])
+            delete_files(task_store, target.table, [a.path for r in done for a in r.adds])
             raise
-        written.add([a.path for r in done for a in r.adds])
         return [_rewritten_to_json(r) for r in done]
 
     slices = max(1, min(len(files), 4 * sc.defaultParallelism))
-    store = open_store(target.uri)
     try:
         results = (
             sc.parallelize([add_to_json(f) for f in files], slices).mapPartitions(task).collect()
         )
     except BaseException:
-        delete_files(store, target.table, written.value)
+        end_job(store, target.table, job, wait_seconds=STRAGGLER_WAIT_SECONDS)
         raise
     rewritten = [_rewritten_from_json(text) for text in results]
-    kept = {a.path for r in rewritten for a in r.adds}
-    delete_files(store, target.table, [p for p in written.value if p not in kept])
+    end_job(store, target.table, job, {a.path for r in rewritten for a in r.adds})
     return rewritten
 
 
@@ -237,18 +247,24 @@ def merge(
         return SparkMerger(
             spark, uri, table, source, on, source_alias=source_alias, target_alias=target_alias
         )
-    tx = connect(uri, create=False).transaction(isolation)
+    db = connect(uri, create=False)
     try:
-        return SparkMerger(
-            spark,
-            tx,
-            table,
-            source,
-            on,
-            source_alias=source_alias,
-            target_alias=target_alias,
-            commit=True,
-        )
-    except Exception:
-        tx.abort()
+        tx = db.transaction(isolation)
+        try:
+            return SparkMerger(
+                spark,
+                tx,
+                table,
+                source,
+                on,
+                source_alias=source_alias,
+                target_alias=target_alias,
+                commit=True,
+                owner=db,
+            )
+        except BaseException:
+            tx.abort()
+            raise
+    except BaseException:
+        db.close()
         raise

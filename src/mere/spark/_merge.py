@@ -81,6 +81,8 @@ from mere.txn.transaction import Transaction
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from mere.database import Database
+
 _IDS = ["__sid", "__file", "__row", "__action"]
 
 
@@ -313,6 +315,8 @@ class SparkMerger:
     Made by :func:`mere.spark.merge`. The clauses are those of
     :class:`~mere.ops.merge.TableMerger` (same arguments, same checks, made as
     soon as a clause is given); :meth:`execute` runs the merge with Spark.
+    With ``commit``, the merge commits ``tx`` on its own; ``owner`` is a
+    database opened for it, closed once the merge has run (or failed).
     """
 
     def __init__(
@@ -326,6 +330,7 @@ class SparkMerger:
         source_alias: str = "s",
         target_alias: str = "t",
         commit: bool = False,
+        owner: Database | None = None,
     ) -> None:
         if not isinstance(source, DataFrame):
             raise SchemaMismatch(
@@ -351,6 +356,7 @@ class SparkMerger:
             target_alias=target_alias,
         )
         self._commit = commit
+        self._owner = owner
         self._executed = False
 
     def when_matched_update(self, set: Mapping[str, Any], cond: str | None = None) -> SparkMerger:
@@ -394,9 +400,13 @@ class SparkMerger:
         """
         if self._executed:
             raise InvalidArgument("this merge was already executed; build a new one")
-        plan = self._merger.plan()  # no clause: InvalidArgument
-        self._executed = True
-        return run_statement(self._tx, lambda _: self._run(plan), autocommit=self._commit)
+        try:
+            plan = self._merger.plan()  # no clause: InvalidArgument
+            self._executed = True
+            return run_statement(self._tx, lambda _: self._run(plan), autocommit=self._commit)
+        finally:
+            if self._owner is not None and self._executed:
+                self._owner.close()  # the database mere.spark.merge opened for its transaction
 
     # --- running it -----------------------------------------------------------------
 

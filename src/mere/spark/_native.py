@@ -209,15 +209,19 @@ def native_read(
     timestamp: datetime | int | None = None,
     filter: str | None = None,
 ) -> DataFrame:
-    """Read a table at a version with Spark's Parquet reader (see :func:`mere.spark.read`)."""
-    db = connect(uri, create=False)
-    snapshot = db.snapshot(version=version, timestamp=timestamp)
-    meta = _core.table_meta(snapshot.table(table))
-    refusal = native_read_refusal(meta.schema)
-    if refusal is not None:
-        raise InvalidArgument(f"the native read cannot read {table!r}: {refusal}")
-    files = snapshot.table(table).files
-    if filter is not None:
-        files = plan_scan(meta, [], filter).select(files)
-    df = read_files(spark, db.store, meta, files)
+    """Read a table at a version with Spark's Parquet reader (see :func:`mere.spark.read`).
+
+    The database is opened (never created) for planning only and closed
+    before the DataFrame is returned: Spark reads the files by their paths.
+    """
+    with connect(uri, create=False) as db:
+        snapshot = db.snapshot(version=version, timestamp=timestamp)
+        meta = _core.table_meta(snapshot.table(table))
+        refusal = native_read_refusal(meta.schema)
+        if refusal is not None:
+            raise InvalidArgument(f"the native read cannot read {table!r}: {refusal}")
+        files = snapshot.table(table).files
+        if filter is not None:
+            files = plan_scan(meta, [], filter).select(files)
+        df = read_files(spark, db.store, meta, files)
     return df if filter is None else df.where(spark_condition(filter))

@@ -21,7 +21,7 @@ next check in this process reads none of them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -36,6 +36,9 @@ from mere.log.actions import AddFile, TableMeta, is_external_path
 from mere.schema import physical_name
 from mere.snapshot.scan import READ_THREADS, ScanPlan, plan_scan, scan_files
 from mere.storage import ObjectStore
+
+#: Picks the committed files a scan plan's statistics admit.
+Selector = Callable[[ScanPlan], list[AddFile]]
 
 #: How many key values an error names.
 SHOWN_KEYS = 10
@@ -98,15 +101,16 @@ def key_counts(
     keys: pa.Table,
     *,
     own: Sequence[AddFile] = (),
+    select: Selector | None = None,
 ) -> pa.Table:
     """How many rows of ``files`` (committed) and ``own`` hold each value of ``keys``.
 
-    Values no row holds are left out.
+    Values no row holds are left out. ``select``: see :func:`candidate_keys`.
     """
     columns = keys.column_names
     if keys.num_rows == 0 or not (files or own):
         return pa.table({**{c: keys.column(c).slice(0, 0) for c in columns}, "count_all": []})
-    found = candidate_keys(store, meta, files, keys, own=own)
+    found = candidate_keys(store, meta, files, keys, own=own, select=select)
     return _counted(semi_join(found, keys))
 
 
@@ -131,23 +135,26 @@ def candidate_keys(
     keys: pa.Table,
     *,
     own: Sequence[AddFile] = (),
+    select: Selector | None = None,
 ) -> pa.Table:
     """Key columns of the rows of ``files`` and ``own`` that may hold one of ``keys``.
 
     A superset of the matching rows (the caller joins): files that statistics
     or key filters rule out are not read, and a committed file without a
-    filter gets one (see the module docstring).
+    filter gets one (see the module docstring). ``select``, if given, picks
+    the committed files the plan's statistics admit in place of checking
+    ``files`` one by one (the stage's vectorized choice over the snapshot).
     """
     columns = keys.column_names
     plan = plan_scan(meta, columns, _range_filter(columns[0], keys.column(0)))
     read = plan.select(own)
+    admitted = select(plan) if select is not None else plan.select(files)
     if keys.num_rows > FILTER_MAX_KEYS:  # most files would pass their filters anyway
-        read += plan.select(files)
-        return scan_files(store, plan, read).select(columns).cast(keys.schema)
+        return scan_files(store, plan, read + admitted).select(columns).cast(keys.schema)
     unfiltered: list[tuple[AddFile, str]] = []
     signature = key_signature(meta)
     probe: keyfilter.Probe | None = None
-    for add in plan.select(files):
+    for add in admitted:
         if is_external_path(add.path):
             read.append(add)
             continue
@@ -281,6 +288,7 @@ __all__ = [
     "key_columns",
     "key_counts",
     "key_signature",
+    "Selector",
     "present_keys",
     "refuse_duplicates",
     "semi_join",

@@ -54,12 +54,14 @@ from mere.log.actions import (
 )
 from mere.names import check_table_name, name_key
 from mere.properties import check_database_properties
+from mere.snapshot.planning import select_files
 from mere.snapshot.scan import ScanPlan, plan_scan, scan_files
 from mere.snapshot.state import DatabaseState
 from mere.storage import ObjectStore
 from mere.txn.conflicts import ReadRecord, TxFootprint
 from mere.txn.keys import (
     KeyProbe,
+    Selector,
     added_keys,
     duplicates_within,
     key_columns,
@@ -511,12 +513,27 @@ class Stage:
             # (its own row is in one of the files read).
             skip = {a.path for a in written}
             rest = [a for a in own if a.path not in skip]
-            counts = key_counts(self.store, meta, base, new, own=rest)
+            counts = key_counts(
+                self.store, meta, base, new, own=rest, select=self._key_selector(table_id)
+            )
             duplicates = counts.filter(pc.greater(counts["count_all"], 1)).select(columns)
             if published is not None and counts.num_rows:
                 held = semi_join(counts.select(columns), published.cast(new.schema))
                 duplicates = pa.concat_tables([duplicates, held]) if held.num_rows else duplicates
             refuse_duplicates(meta, duplicates, "already in the table")
+
+    def _key_selector(self, table_id: str) -> Selector | None:
+        """The snapshot's live files a plan admits, chosen at once over its file columns."""
+        staged = self._tables.get(table_id)
+        if staged is None or staged.created or table_id not in self.read_state.tables:
+            return None
+        table = self.read_state.tables[table_id]
+        removed = staged.removes
+
+        def choose(plan: ScanPlan) -> list[AddFile]:
+            return [f for f in select_files(plan, table) if f.path not in removed]
+
+        return choose
 
     def _keys_of(self, meta: TableMeta, files: Sequence[AddFile], columns: list[str]) -> pa.Table:
         plan = plan_scan(meta, columns, None)
