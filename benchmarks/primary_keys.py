@@ -79,6 +79,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--output", help="also write the medians here as JSON")
+    parser.add_argument(
+        "--no-upserts", action="store_true", help="only the appends (upserts rewrite the table)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         plain = build(Path(tmp) / "plain", args.rows, args.files, keyed=False)
@@ -114,7 +117,7 @@ def main() -> None:
             times["append, keyed, cold"].append(
                 timed(lambda b=cold: keyed.table("t").append(b), "append, keyed, cold")
             )
-        for _ in range(args.repeat):  # upserts, half new keys, against the same merge
+        for _ in range(0 if args.no_upserts else args.repeat):  # upserts, half new, vs merge
             old = rng.choice(args.rows, args.batch // 2, replace=False)
             fresh = np.arange(next_key, next_key + args.batch - args.batch // 2)
             next_key += len(fresh)
@@ -138,7 +141,7 @@ def main() -> None:
                     "merge",
                 )
             )
-        med = {k: statistics.median(v) for k, v in times.items()}
+        med = {k: statistics.median(v) for k, v in times.items() if v}
         cpu = {k: statistics.median(v) for k, v in CPU.items()}
         print(f"rows={args.rows:,} files={args.files} batch={args.batch} repeat={args.repeat}")
         for name, value in med.items():
@@ -146,11 +149,12 @@ def main() -> None:
         ratios = {
             "keyed / plain append": med["append, keyed"] / med["append"],
             "keyed cold / plain append": med["append, keyed, cold"] / med["append"],
-            "upsert / merge": med["upsert"] / med["merge"],
+            "upsert / merge": med["upsert"] / med["merge"] if "upsert" in med else None,
             "keyed / plain append, CPU": cpu["append, keyed"] / cpu["append"],
             "keyed cold / plain append, CPU": cpu["append, keyed, cold"] / cpu["append"],
-            "upsert / merge, CPU": cpu["upsert"] / cpu["merge"],
+            "upsert / merge, CPU": cpu["upsert"] / cpu["merge"] if "upsert" in cpu else None,
         }
+        ratios = {k: v for k, v in ratios.items() if v is not None}
         for name, value in ratios.items():
             print(f"  {name:26s} {value:.2f}x")
         if args.output:
