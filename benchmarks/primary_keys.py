@@ -146,7 +146,7 @@ def main() -> None:
         print(f"rows={args.rows:,} files={args.files} batch={args.batch} repeat={args.repeat}")
         for name, value in med.items():
             print(f"  {name:22s} {value * 1000:9.1f} ms  (CPU {cpu[name] * 1000:9.1f} ms)")
-        ratios = {
+        maybe: dict[str, float | None] = {
             "keyed / plain append": med["append, keyed"] / med["append"],
             "keyed cold / plain append": med["append, keyed, cold"] / med["append"],
             "upsert / merge": med["upsert"] / med["merge"] if "upsert" in med else None,
@@ -154,7 +154,7 @@ def main() -> None:
             "keyed cold / plain append, CPU": cpu["append, keyed, cold"] / cpu["append"],
             "upsert / merge, CPU": cpu["upsert"] / cpu["merge"] if "upsert" in cpu else None,
         }
-        ratios = {k: v for k, v in ratios.items() if v is not None}
+        ratios = {k: v for k, v in maybe.items() if v is not None}
         for name, value in ratios.items():
             print(f"  {name:26s} {value:.2f}x")
         if args.output:
