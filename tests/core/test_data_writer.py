@@ -14,7 +14,7 @@ import pytest
 import mere
 from mere.data import writer
 from mere.data.values import stat_to_json
-from mere.storage import MemoryStore
+from mere.storage import FaultyStore, MemoryStore
 
 SCHEMA = pa.schema(
     [
@@ -118,3 +118,29 @@ def test_mostly_distinct_columns_are_written_without_a_dictionary(tmp_path: Any)
         for i in range(group.num_columns)
     }
     assert dictionary == {"id": False, "s": True, "ls": True, "f": False}
+
+
+def test_a_large_write_uploads_wave_by_wave(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Encoded files wait for their upload in bounded memory, not the whole write's."""
+    monkeypatch.setattr(writer, "SLICE_MIN_BYTES", 1)
+    monkeypatch.setattr(writer, "WRITE_THREADS", 2)
+    monkeypatch.setattr(writer, "WAVE_FILES", 1)
+    store = FaultyStore(MemoryStore())
+    puts_at_finish: list[int] = []
+    finish = writer._finish_file
+
+    def recording(f: Any) -> Any:
+        puts_at_finish.append(store.calls["put_if_absent"])
+        return finish(f)
+
+    monkeypatch.setattr(writer, "_finish_file", recording)
+    db = mere.connect(store, target_file_size=64 * 1024)
+    db.create_table("t", SCHEMA)
+    before = store.calls["put_if_absent"]
+    db.table("t").append(rows(40_000))
+    assert len(puts_at_finish) >= 4
+    assert puts_at_finish[-1] > before  # files of earlier waves were uploaded already
+    scanned = db.table("t").scan()
+    assert scanned.select(["id", "s", "ls"]).equals(rows(40_000).select(["id", "s", "ls"]))
+    for stats, data in file_rows(db, "t"):
+        assert stats == expected_stats(data)

@@ -13,7 +13,7 @@ is too long), which saves the most expensive pass over the data.
 A write of several row groups' worth of rows is cut into contiguous slices,
 one per thread (``WRITE_THREADS``), each encoded into files of its own:
 pyarrow's Parquet writer releases the GIL, so a large append uses every core.
-Uploads stay on the calling thread, in row order.
+Uploads stay on the calling thread, in row order, after each wave of slices.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ WRITE_THREADS = max(1, min(8, os.cpu_count() or 1))
 #: A write is cut into slices of at least this much Arrow memory: smaller ones
 #: would cost more in small files than they save in time.
 SLICE_MIN_BYTES = 32 * 1024 * 1024
+#: A thread's share of one wave of a large write, in target-sized files of Arrow data.
+WAVE_FILES = 4
 
 
 @dataclass
@@ -156,21 +158,26 @@ class DataFileWriter:
     def _append(self, key: _Key, part: pa.Table) -> None:
         """Add rows of one partition, a row group's worth at a time.
 
-        Rows for several row groups are encoded in parallel: the file open for
-        ``key`` is finished first (files keep the rows' order), then each of up
-        to ``WRITE_THREADS`` contiguous slices of equal size (at least
-        ``SLICE_MIN_BYTES``) is written into files of its own, closed when the
-        slice ends.
+        Rows for several row groups are encoded in parallel, in waves of at
+        most ``WAVE_FILES`` target-sized files' worth of Arrow data per thread
+        (so encoded files wait for their upload in bounded memory): the file
+        open for ``key`` is finished first (files keep the rows' order), then
+        each of up to ``WRITE_THREADS`` contiguous slices of equal size (at
+        least ``SLICE_MIN_BYTES``) is written into files of its own, closed
+        when the slice ends.
         """
         group_bytes = min(ROW_GROUP_BYTES, self.target_file_size)
         row_bytes = max(1, part.nbytes // max(1, part.num_rows))
         step = max(1, group_bytes // row_bytes)
+        wave = max(step, WAVE_FILES * self.target_file_size // row_bytes) * WRITE_THREADS
+        for start in range(0, part.num_rows, wave):
+            self._append_wave(key, part.slice(start, wave), group_bytes, step)
+
+    def _append_wave(self, key: _Key, part: pa.Table, group_bytes: int, step: int) -> None:
         lanes = min(WRITE_THREADS, -(-part.num_rows // step), part.nbytes // SLICE_MIN_BYTES)
         if lanes <= 1:
-            encoded: list[_Encoded] = []
             for start in range(0, part.num_rows, step):
-                self._add_rows(self._open, key, part.slice(start, step), group_bytes, encoded)
-            self._upload(encoded)
+                self._append_piece(key, part.slice(start, step), group_bytes)
             return
         if key in self._open:
             self._upload(_finish_file(self._open.pop(key)))
