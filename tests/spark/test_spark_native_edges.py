@@ -58,7 +58,9 @@ def _with_footer_statistics(db: mere.Database) -> None:
 def test_a_filter_after_the_native_read_keeps_nan_rows_and_values_stay_exact(spark, uri):
     db = mere.connect(uri)
     db.create_table("t", FLOATS)
-    db.table("t").append(pa.table({"k": [1, 2], "f": [5.0, math.nan], "g": [5.0, math.nan]}, FLOATS))
+    db.table("t").append(
+        pa.table({"k": [1, 2], "f": [5.0, math.nan], "g": [5.0, math.nan]}, FLOATS)
+    )
     db.table("t").append(
         pa.table({"k": [3, 4, 5], "f": [-0.0, math.inf, -math.inf], "g": [-0.0, 1.5, None]}, FLOATS)
     )
@@ -76,3 +78,27 @@ def test_a_filter_after_the_native_read_keeps_nan_rows_and_values_stay_exact(spa
     assert _rows(mere.spark.read(spark, uri, "t", method="native", filter="f <> 5 AND g <> 5")) == (
         expected
     )
+
+
+def test_native_writes_leave_no_float_statistics_in_parquet_footers(spark, uri):
+    schema = "k long, f double, g float"
+    rows = [(1, 5.0, None), (2, math.nan, 2.5), (3, None, -0.0)]
+    db = mere.connect(uri)
+    with db.transaction() as tx:
+        mere.spark.write(tx, spark.createDataFrame(rows, schema), "t", method="native")
+    table = db.snapshot().table("t")
+    assert table.files
+    for add in table.files:
+        md = pq.ParquetFile(Path(uri, "tables", table.id, add.path)).metadata
+        assert "parquet-mr" in md.created_by
+        for g in range(md.num_row_groups):
+            for j in range(md.num_columns):
+                column = md.row_group(g).column(j)
+                floating = column.path_in_schema in ("f", "g")
+                assert (column.statistics is None) == floating, column.path_in_schema
+    nulls = {"f": 0, "g": 0}
+    for add in table.files:
+        for name in nulls:
+            nulls[name] += add.stats["nullCount"][name]
+    assert nulls == {"f": 1, "g": 1}  # counted from the values instead
+    assert sorted(db.table("t").scan()["k"].to_pylist()) == [1, 2, 3]

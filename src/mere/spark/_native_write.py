@@ -364,7 +364,14 @@ def _projection(df: DataFrame, table: TableMeta) -> tuple[list[Column], list[str
 
 
 def _writer_options(table: TableMeta) -> dict[str, str]:
-    """Spark write options: mere's compression, and complete, exact footer statistics."""
+    """Spark write options: mere's compression, and complete, exact footer statistics.
+
+    Floating-point columns get no footer statistics at all: Parquet's min/max
+    leave NaN out, and a reader that skips row groups by them (Spark's filter
+    pushdown) drops NaN rows (``f <> 5``). parquet-mr
+    cannot keep only the null count, so the driver counts a float column's
+    nulls from its values (:func:`_footer_stats`), as mere's own writer does.
+    """
     options = {
         "compression": COMPRESSION,
         STATISTICS_OPTION: "true",
@@ -372,7 +379,8 @@ def _writer_options(table: TableMeta) -> dict[str, str]:
     }
     for field in table.schema:
         if field.name not in table.partition_columns:
-            options[f"{STATISTICS_OPTION}#{physical_name(field)}"] = "true"
+            enabled = "false" if pat.is_floating(field.type) else "true"
+            options[f"{STATISTICS_OPTION}#{physical_name(field)}"] = enabled
     return options
 
 
