@@ -161,11 +161,13 @@ steps = st.lists(
     st.lists(steps, min_size=1, max_size=8),
     st.integers(1, 3),
     st.sampled_from([0, 3, 4096]),
+    st.sampled_from([0, 2, 256]),
 )
 def test_replay_on_a_checkpoint_base_keeps_what_a_dict_would(
-    base: set[int], commits: list[Any], per_batch: int, fold_min: int
+    base: set[int], commits: list[Any], per_batch: int, fold_min: int, pending_max: int
 ) -> None:
-    """Removes of base files, re-adds of live paths, adds removed again within the tail."""
+    """Removes of base files, re-adds of live paths, adds removed again within the tail;
+    the delta folded into a new base, added files kept as objects or turned into columns."""
     expected = {_add(i, "a").path: _add(i, "a") for i in sorted(base)}
     layout = FileLayout.of(META)
     source = TableSource(layout, adds_to_columns(layout, list(expected.values())))
@@ -180,6 +182,7 @@ def test_replay_on_a_checkpoint_base_keeps_what_a_dict_would(
     )
     mp = pytest.MonkeyPatch()
     mp.setattr(files_module, "FOLD_MIN", fold_min)
+    mp.setattr(files_module, "PENDING_MAX", pending_max)
     try:
         state = start
         pending: list[Commit] = []

@@ -50,6 +50,10 @@ Reload = Callable[[str, int], "LiveFiles"]
 FOLD_MIN = 4096
 #: Up to this many rows are picked out of the file columns by slicing, not ``take``.
 SLICE_ROWS = 256
+#: Files added by commits are kept as objects until columns are asked for, or
+#: until this many wait: columns for one file cost about a millisecond, for many
+#: a few microseconds each (a commit applied to a cached state is usually one file).
+PENDING_MAX = 256
 
 
 class FileSource(Protocol):
@@ -213,7 +217,8 @@ class LiveFiles(Mapping[str, AddFile]):
     """The live files of one table at one version (immutable; caches are filled lazily).
 
     Rows are the base's rows whose path no later commit touched, then the
-    files later commits added, in the order they were added.
+    files later commits added, in the order they were added: as columns
+    (``added``), then as objects not yet turned into columns (``pending``).
     """
 
     def __init__(
@@ -224,6 +229,7 @@ class LiveFiles(Mapping[str, AddFile]):
         removed: frozenset[str] = frozenset(),
         added: pa.Table | None = None,
         *,
+        pending: tuple[AddFile, ...] = (),
         version: int = -1,
         reload: Reload | None = None,
     ) -> None:
@@ -232,6 +238,7 @@ class LiveFiles(Mapping[str, AddFile]):
         self._base = base if base is not None and base.num_rows else None
         self._removed = removed if self._base is not None else frozenset()
         self._added = added if added is not None else layout.empty()
+        self._pending = pending
         #: The versions these are the table's files at: from ``version`` to ``_seen``.
         self.version = version
         self._seen = version
@@ -265,6 +272,7 @@ class LiveFiles(Mapping[str, AddFile]):
                 self._base,
                 self._removed,
                 self._added,
+                pending=self._pending,
                 version=version,
                 reload=self._reload,
             )
@@ -288,27 +296,45 @@ class LiveFiles(Mapping[str, AddFile]):
         files whose last action in the batch added them, in order.
         """
         layout = FileLayout.of(meta)
+        if layout == self.layout:
+            layout = self.layout  # its schema is cached
         touched = frozenset(touched)
         with self._lock:
-            base, removed, added = self._base, self._removed, self._added
+            base, removed, added, pending = self._base, self._removed, self._added, self._pending
         if touched and added.num_rows:
             gone = pc.is_in(added.column(PATH), value_set=pa.array(list(touched), pa.string()))
             if pc.any(gone).as_py():
                 added = added.filter(pc.invert(gone))
-        fresh = adds_to_columns(layout, adds)
-        if added.schema != layout.schema:
-            added = layout.conform(added)
-        added = pa.concat_tables([added, fresh]) if added.num_rows else fresh
-        if added.column(PATH).num_chunks > 64:
-            added = added.combine_chunks()
+        if touched and pending:
+            pending = tuple(a for a in pending if a.path not in touched)
+        pending += tuple(adds)
+        if len(pending) > PENDING_MAX:
+            added = _joined(layout, added, pending)
+            pending = ()
         removed = removed | touched if base is not None else frozenset()
         result = LiveFiles(
-            self.table_id, layout, base, removed, added, version=version, reload=self._reload
+            self.table_id,
+            layout,
+            base,
+            removed,
+            added,
+            pending=pending,
+            version=version,
+            reload=self._reload,
         )
         base_rows = base.num_rows if base is not None else 0
-        if base is not None and len(removed) + added.num_rows > max(FOLD_MIN, base_rows // 4):
+        delta = len(removed) + added.num_rows + len(pending)
+        if base is not None and delta > max(FOLD_MIN, base_rows // 4):
             return result.folded()
         return result
+
+    def _added_columns(self) -> pa.Table:
+        """The added files as columns (of this layout), the pending objects turned into columns."""
+        with self._lock:
+            if self._pending or self._added.schema != self.layout.schema:
+                self._added = _joined(self.layout, self._added, self._pending)
+                self._pending = ()
+            return self._added
 
     def folded(self) -> LiveFiles:
         """The same files with the delta folded into an in-memory base."""
@@ -338,7 +364,8 @@ class LiveFiles(Mapping[str, AddFile]):
                 fresh = self._reload(self.table_id, self._seen)
                 if fresh.layout != self.layout:
                     raise
-                self._base, self._removed, self._added = fresh._base, fresh._removed, fresh._added
+                self._base, self._removed = fresh._base, fresh._removed
+                self._added, self._pending = fresh._added, fresh._pending
                 self._keep = None
                 self._cache.clear()
         return read()
@@ -348,10 +375,10 @@ class LiveFiles(Mapping[str, AddFile]):
     @property
     def num_files(self) -> int:
         if self._base is None:
-            return int(self._added.num_rows)
+            return int(self._added.num_rows) + len(self._pending)
         keep = self._base_keep()
         kept = self._base.num_rows if keep is None else int(pc.sum(keep).as_py() or 0)
-        return kept + int(self._added.num_rows)
+        return kept + int(self._added.num_rows) + len(self._pending)
 
     def columns(self, names: Sequence[str]) -> pa.Table:
         """The live files' ``names`` columns (of :attr:`layout`), one row per file."""
@@ -382,7 +409,7 @@ class LiveFiles(Mapping[str, AddFile]):
         keep = self._base_keep()
         if keep is not None:
             base = base.filter(keep)
-        added = self.layout.conform(self._added, names)
+        added = self._added_columns().select(names)
         for name in names:
             chunks = base.column(name).chunks + added.column(name).chunks
             column = pa.chunked_array(chunks, type=self.layout.schema.field(name).type)
@@ -417,7 +444,7 @@ class LiveFiles(Mapping[str, AddFile]):
             if removed is not None:
                 piece = piece.filter(pc.invert(pc.is_in(piece.column(PATH), value_set=removed)))
             yield _normalize_table(piece)
-        yield _normalize_table(self.layout.conform(self._added))
+        yield _normalize_table(self._added_columns())
 
     def total(self, column: str) -> int:
         """The sum of an integer column (``rows``, ``size``) over the live files."""
@@ -524,6 +551,19 @@ class _Items(ItemsView[str, AddFile]):
 
     def __iter__(self) -> Iterator[tuple[str, AddFile]]:
         return ((a.path, a) for a in self._mapping._all())
+
+
+def _joined(layout: FileLayout, added: pa.Table, pending: Sequence[AddFile]) -> pa.Table:
+    """``added`` (conformed to ``layout``) followed by ``pending`` as columns, in few chunks."""
+    if added.schema != layout.schema:
+        added = layout.conform(added)
+    if not pending:
+        return added
+    fresh = adds_to_columns(layout, list(pending))
+    joined = pa.concat_tables([added, fresh]) if added.num_rows else fresh
+    if joined.column(PATH).num_chunks > 64:
+        joined = joined.combine_chunks()
+    return joined
 
 
 def _take_rows(table: pa.Table, indices: Sequence[int] | pa.Array) -> pa.Table:
