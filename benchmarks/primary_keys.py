@@ -1,8 +1,8 @@
 """What a primary key costs: appending new random keys, and upserts against MERGE.
 
 Side by side in one run, on a LocalStore table of ``--rows`` rows in
-``--files`` files (keys 0..rows-1 shuffled across files, so statistics
-cannot prune):
+``--files`` files (the even keys 0..2*rows-2 shuffled across files; new keys
+are random odd numbers in the same range, so statistics cannot prune):
 
 * ``append``: 1,000 rows of new random keys into the table without a key;
 * ``append, keyed``: the same into the same table with ``primary_key=["id"]``
@@ -44,7 +44,7 @@ SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.float64())])
 def build(root: Path, rows: int, files: int, keyed: bool) -> mere.Database:
     db = mere.connect(root)
     db.create_table("t", SCHEMA, primary_key=["id"] if keyed else None)
-    keys = np.random.default_rng(1).permutation(rows)
+    keys = 2 * np.random.default_rng(1).permutation(rows)  # even: the odd keys are new
     per = rows // files
     with db.transaction() as tx:
         table = tx.table("t")
@@ -87,7 +87,7 @@ def main() -> None:
         plain = build(Path(tmp) / "plain", args.rows, args.files, keyed=False)
         keyed = build(Path(tmp) / "keyed", args.rows, args.files, keyed=True)
         rng = np.random.default_rng(2)
-        next_key = args.rows
+        fresh_keys = iter(2 * rng.permutation(args.rows) + 1)  # odd keys in random order
         times: dict[str, list[float]] = {
             "append": [],
             "append, keyed": [],
@@ -97,11 +97,11 @@ def main() -> None:
             "merge": [],
         }
 
+        def fresh(n: int) -> np.ndarray:
+            return np.fromiter(fresh_keys, np.int64, count=n)
+
         def new_batch() -> pa.Table:
-            nonlocal next_key
-            new = rng.permutation(args.batch) + next_key
-            next_key += args.batch
-            return pa.table({"id": new, "v": np.ones(args.batch)}, schema=SCHEMA)
+            return pa.table({"id": fresh(args.batch), "v": np.ones(args.batch)}, schema=SCHEMA)
 
         first = new_batch()
         times["first keyed append"].append(
@@ -118,16 +118,14 @@ def main() -> None:
                 timed(lambda b=cold: keyed.table("t").append(b), "append, keyed, cold")
             )
         for _ in range(0 if args.no_upserts else args.repeat):  # upserts, half new, vs merge
-            old = rng.choice(args.rows, args.batch // 2, replace=False)
-            fresh = np.arange(next_key, next_key + args.batch - args.batch // 2)
-            next_key += len(fresh)
-            ids = np.concatenate([old, fresh])
+            old = 2 * rng.choice(args.rows, args.batch // 2, replace=False)
+            new = fresh(args.batch - args.batch // 2)
+            ids = np.concatenate([old, new])
             batch = pa.table({"id": ids, "v": np.full(len(ids), 2.0)}, schema=SCHEMA)
             times["upsert"].append(
                 timed(lambda b=batch: keyed.table("t").append(b, on_duplicate="update"), "upsert")
             )
-            fresh2 = fresh + 10 * args.rows
-            ids2 = np.concatenate([old, fresh2])
+            ids2 = np.concatenate([old, new])  # new to the plain table too
             batch2 = pa.table({"id": ids2, "v": np.full(len(ids2), 3.0)}, schema=SCHEMA)
             times["merge"].append(
                 timed(
