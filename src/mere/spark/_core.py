@@ -19,7 +19,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mere.data.external import open_data_file
-from mere.data.reader import READ_BATCH_ROWS, _assemble, _stored_columns, iter_file
+from mere.data.reader import (
+    READ_BATCH_ROWS,
+    _assemble,
+    _stored_columns,
+    iter_file,
+    parquet_errors,
+)
 from mere.database import connect
 from mere.errors import MereError
 from mere.log.actions import AddFile, TableMeta
@@ -122,16 +128,22 @@ def iter_row_groups(
     schema = pa.schema([table.schema.field(c) for c in columns])
     source = open_data_file(store, table, add)  # an export's may be its source's
     try:
-        pf = pq.ParquetFile(source)
+        with parquet_errors(table, add):  # a damaged file: CorruptDataFile naming it
+            pf = pq.ParquetFile(source)
+            stored = _stored_columns(table, schema, pf)
         groups = [g for g in range(pf.num_row_groups) if g * parts // pf.num_row_groups == part]
         if not groups:
             return
-        stored = _stored_columns(table, schema, pf)
         if not stored:
             rows = sum(pf.metadata.row_group(g).num_rows for g in groups)
             yield _assemble(table, add, schema, None, rows)
             return
-        for batch in pf.iter_batches(batch_size=batch_rows, row_groups=groups, columns=stored):
+        batches = pf.iter_batches(batch_size=batch_rows, row_groups=groups, columns=stored)
+        while True:
+            with parquet_errors(table, add):
+                batch = next(batches, None)
+            if batch is None:
+                return
             yield _assemble(table, add, schema, pa.Table.from_batches([batch]), batch.num_rows)
     finally:
         source.close()
