@@ -229,7 +229,7 @@ class LiveFiles(Mapping[str, AddFile]):
         removed: frozenset[str] = frozenset(),
         added: pa.Table | None = None,
         *,
-        pending: tuple[AddFile, ...] = (),
+        pending: Mapping[str, AddFile] | None = None,
         version: int = -1,
         reload: Reload | None = None,
     ) -> None:
@@ -238,7 +238,7 @@ class LiveFiles(Mapping[str, AddFile]):
         self._base = base if base is not None and base.num_rows else None
         self._removed = removed if self._base is not None else frozenset()
         self._added = added if added is not None else layout.empty()
-        self._pending = pending
+        self._pending: dict[str, AddFile] = dict(pending) if pending else {}
         #: The versions these are the table's files at: from ``version`` to ``_seen``.
         self.version = version
         self._seen = version
@@ -305,12 +305,15 @@ class LiveFiles(Mapping[str, AddFile]):
             gone = pc.is_in(added.column(PATH), value_set=pa.array(list(touched), pa.string()))
             if pc.any(gone).as_py():
                 added = added.filter(pc.invert(gone))
-        if touched and pending:
-            pending = tuple(a for a in pending if a.path not in touched)
-        pending += tuple(adds)
+        pending = dict(pending)  # path -> file, in the order added (a copy: this one is kept)
+        if pending:
+            for path in touched:
+                pending.pop(path, None)
+        for a in adds:  # every added path is among those touched: a re-add moves to the end
+            pending[a.path] = a
         if len(pending) > PENDING_MAX:
-            added = _joined(layout, added, pending)
-            pending = ()
+            added = _joined(layout, added, list(pending.values()))
+            pending = {}
         removed = removed | touched if base is not None else frozenset()
         result = LiveFiles(
             self.table_id,
@@ -332,8 +335,8 @@ class LiveFiles(Mapping[str, AddFile]):
         """The added files as columns (of this layout), the pending objects turned into columns."""
         with self._lock:
             if self._pending or self._added.schema != self.layout.schema:
-                self._added = _joined(self.layout, self._added, self._pending)
-                self._pending = ()
+                self._added = _joined(self.layout, self._added, list(self._pending.values()))
+                self._pending = {}
             return self._added
 
     def folded(self) -> LiveFiles:
