@@ -162,6 +162,8 @@ class ScriptedWriter(MereWriter):
 class ScriptedSource(MereDataSource):
     """``format("mere_scripted")``: the mere data source with option ``signals``."""
 
+    extra_options = ("signals",)
+
     @classmethod
     def name(cls) -> str:
         return "mere_scripted"

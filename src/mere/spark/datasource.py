@@ -262,6 +262,9 @@ class MereDataSource(DataSource):
         super().__init__(options)
         self._pinned: PinnedTable | None = None
 
+    #: Options a subclass adds to every use (a wrapping source's own settings).
+    extra_options: tuple[str, ...] = ()
+
     @classmethod
     def name(cls) -> str:
         return "mere"
@@ -269,7 +272,7 @@ class MereDataSource(DataSource):
     def _pin(self) -> PinnedTable:
         """Choose the snapshot once; ``schema()`` and the reader then agree on it."""
         if self._pinned is None:
-            check_options(self.options, READ_OPTIONS, "reading")
+            check_options(self.options, (*READ_OPTIONS, *self.extra_options), "reading")
             with connect(_database(self.options), create=False) as db:
                 version = _int_option(self.options, "versionAsOf")
                 text = _option(self.options, "timestampAsOf")
@@ -288,10 +291,10 @@ class MereDataSource(DataSource):
 
     def _job(self, schema: StructType, overwrite: bool, *, streaming: bool) -> WriteJob:
         options = self.options
-        if streaming:
-            check_options(options, STREAM_WRITE_OPTIONS, "a streaming write")
-        else:
-            check_options(options, WRITE_OPTIONS, "writing")
+        known = STREAM_WRITE_OPTIONS if streaming else WRITE_OPTIONS
+        check_options(
+            options, (*known, *self.extra_options), "a streaming write" if streaming else "writing"
+        )
         partition_by = _option(options, "partitionBy")
         app_id = _option(options, "txnAppId")
         if streaming and app_id is None:
