@@ -141,8 +141,8 @@ class CorruptDataFile(DataFileError):
 
     advice = (
         "the file changed after mere wrote it (truncated or overwritten): restore it from "
-        "a backup, or read a version that does not reference it; `mere check` lists "
-        "damaged files"
+        "a backup, or read a version that does not reference it; `mere check` reports "
+        "files whose size changed"
     )
 
     @classmethod
