@@ -363,8 +363,11 @@ class MereReader(DataSourceReader):
             for group in plan_partitions(self.planned_files())
         ]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        pieces = [(add_from_json(text), part, parts) for text, part, parts in partition.value]
+    def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+        # When partitions() is empty (every file skipped), Spark still runs one task
+        # and hands it a partition without a value: it reads nothing.
+        value = None if partition is None else partition.value
+        pieces = [(add_from_json(text), part, parts) for text, part, parts in value or []]
         pinned = self._pinned
         yield from read_batches(pinned.uri, pinned.table, pieces, self._columns, self._arrow_schema)
 
