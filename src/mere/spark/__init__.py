@@ -125,8 +125,8 @@ def read(
 
     Args:
         version, timestamp: time travel (a datetime, or ms since the epoch).
-        filter: a SQL condition in mere's dialect; files it rules out (by
-            partition values and statistics) are not read, and Spark filters
+        filter: a SQL condition in mere's dialect; with the native read, files
+            it rules out (by partition values and statistics) are not read; Spark filters
             the rows (the condition is transpiled to Spark SQL with sqlglot;
             comparisons, IN, IS NULL, AND/OR/NOT and LIKE mean the same in both).
     """

@@ -59,7 +59,6 @@ from mere.names import name_key
 from mere.snapshot.scan import plan_scan
 from mere.spark import _core
 from mere.spark._files import add_from_json, add_to_json, read_batches, write_batches
-from mere.spark._filters import pruning_condition
 from mere.spark._types import spark_arrow_schema, spark_schema
 from mere.spark._write import WriteJob, abort_write, commit_write, job_with_version, prepare_write
 
@@ -328,7 +327,15 @@ class MereDataSource(DataSource):
 
 
 class MereReader(DataSourceReader):
-    """Reads one pinned table version; prunes files with pushed-down filters."""
+    """Reads one pinned table version, every live file of it.
+
+    Filters Spark pushes down do not prune files. Spark 4.3 keeps the partitions a
+    reader planned after a pushdown on the data source instance, which every scan of
+    the same DataFrame shares: a file pruned for ``df.where(a)`` stayed pruned for a
+    later ``df.where(b)`` and rows went missing. So ``pushFilters`` accepts the
+    filters (Spark still evaluates every one on the rows) and plans nothing with
+    them; for file skipping, use the native read (``mere.spark.read``).
+    """
 
     def __init__(self, pinned: PinnedTable, schema: StructType) -> None:
         self._pinned = pinned
@@ -341,11 +348,9 @@ class MereReader(DataSourceReader):
             columns.append(by_key[name_key(name)])
         self._columns = columns
         self._arrow_schema = spark_arrow_schema(schema)
-        self._condition: str | None = None
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        """Keep the filters that prune files; Spark still evaluates every one on the rows."""
-        self._condition = pruning_condition(self._pinned.table, filters)
+        """Leave every filter to Spark, and prune nothing by them (see the class)."""
         return filters
 
     def planned_files(self) -> list[AddFile]:
@@ -354,7 +359,7 @@ class MereReader(DataSourceReader):
         with connect(pinned.uri, create=False) as db:
             table = _core.find_table(db.snapshot(version=pinned.version), pinned.table.id)
             files = [] if table is None else table.files
-        return plan_scan(pinned.table, [], self._condition).select(files)
+        return plan_scan(pinned.table, [], None).select(files)
 
     def partitions(self) -> list[InputPartition]:
         """Input partitions of file pieces, each ``[add-action JSON, part, parts]``."""
