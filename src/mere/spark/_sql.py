@@ -45,12 +45,12 @@ from mere.spark._native import native_read_refusal, read_files
 from mere.spark._types import spark_type
 from mere.spark._write import check_uri, write
 from mere.sql.errors import SQLError, UnsupportedSQL
+from mere.sql.statements import merge_clause, short_text, unqualify
 from mere.txn.transaction import DEFAULT_ISOLATION, Isolation, Transaction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from mere.spark._merge import SparkMerger
 
 #: The dialect statements are read in, and the one mere's expression engine reads.
 SPARK = "spark"
@@ -258,9 +258,9 @@ class SparkTransaction:
                 raise UnsupportedSQL(f"UPDATE assignment {_mere(item)!r} is not supported")
             if item.this.table and name_key(item.this.table) not in names:
                 raise UnsupportedSQL(f"UPDATE sets {_mere(item.this)}, a column of another table")
-            assignments[item.this.name] = _mere(_unqualify(item.expression, names, "UPDATE"))
+            assignments[item.this.name] = _mere(unqualify(item.expression, names, "UPDATE"))
         where = tree.args.get("where")
-        condition = None if where is None else _mere(_unqualify(where.this, names, "UPDATE"))
+        condition = None if where is None else _mere(unqualify(where.this, names, "UPDATE"))
         return update(self.spark, self.transaction, name, condition, assignments)
 
     def _delete(self, tree: exp.Delete) -> int:
@@ -270,7 +270,7 @@ class SparkTransaction:
         name = _table_name(tree.this, "DELETE")
         where = tree.args.get("where")
         names = _names(tree.this)
-        condition = "TRUE" if where is None else _mere(_unqualify(where.this, names, "DELETE"))
+        condition = "TRUE" if where is None else _mere(unqualify(where.this, names, "DELETE"))
         return delete(self.spark, self.transaction, name, condition)
 
     def _merge(self, tree: exp.Merge) -> DataFrame:
@@ -301,7 +301,7 @@ class SparkTransaction:
         )
         whens = tree.args.get("whens")
         for when in whens.expressions if whens is not None else []:
-            _merge_clause(merger, when)
+            merge_clause(merger, when)
         metrics = merger.execute()
         inserted = metrics.num_target_rows_inserted
         updated = metrics.num_target_rows_updated
@@ -366,18 +366,13 @@ def _parse(text: str) -> exp.Expression:
             f"{e.get('description')} at line {e.get('line')}, column {e.get('col')}"
             for e in exc.errors[:3]
         )
-        raise SQLError(f"cannot parse {_short(text)!r}: {detail}") from None
+        raise SQLError(f"cannot parse {short_text(text)!r}: {detail}") from None
     if len(trees) != 1:
         raise SQLError(
-            f"expected one statement in {_short(text)!r}, found {len(trees)}",
+            f"expected one statement in {short_text(text)!r}, found {len(trees)}",
             help="call tx.sql() once per statement",
         )
     return cast(exp.Expression, trees[0])
-
-
-def _short(text: str, limit: int = 80) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _kind(tree: exp.Expression) -> str:
@@ -407,19 +402,6 @@ def _table_name(table: exp.Expression, what: str) -> str:
 def _names(table: exp.Table) -> set[str]:
     """The names a statement's columns may be qualified with: the table's and its alias."""
     return {name_key(table.name)} | ({name_key(table.alias)} if table.alias else set())
-
-
-def _unqualify(tree: exp.Expression, names: set[str], what: str) -> exp.Expression:
-    """Strip ``t.`` from columns qualified with the target's name or alias."""
-
-    def strip(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Column) and node.table:
-            if name_key(node.table) not in names or node.args.get("db"):
-                raise UnsupportedSQL(f"{what}: column {_mere(node)} refers to another table")
-            return exp.column(node.args["this"].copy())
-        return node
-
-    return tree.transform(strip, copy=True)
 
 
 def _mere(node: exp.Expression) -> str:
@@ -463,39 +445,3 @@ def _shape(rows: DataFrame, schema: Any, columns: list[str] | None, table: str) 
 
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
-
-
-def _merge_clause(merger: SparkMerger, when: exp.When) -> None:
-    """Add one ``WHEN [NOT] MATCHED ... THEN ...`` clause to a Spark MERGE builder."""
-    if when.args.get("source"):
-        raise UnsupportedSQL("MERGE ... WHEN NOT MATCHED BY SOURCE is not supported")
-    cond_node = when.args.get("condition")
-    cond = _mere(cond_node) if cond_node is not None else None
-    then = when.args.get("then")
-    matched = bool(when.args.get("matched"))
-    if matched and isinstance(then, exp.Update):
-        items = then.expressions
-        if len(items) == 1 and isinstance(items[0], exp.Star):
-            merger.when_matched_update_all(cond)
-            return
-        values: dict[str, str] = {}
-        for item in items:
-            if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
-                raise UnsupportedSQL(f"MERGE assignment {_mere(item)!r} is not supported")
-            values[item.this.name] = _mere(item.expression)
-        merger.when_matched_update(values, cond)
-    elif matched and isinstance(then, exp.Var) and then.name.upper() == "DELETE":
-        merger.when_matched_delete(cond)
-    elif not matched and isinstance(then, exp.Insert):
-        if isinstance(then.this, exp.Star):
-            merger.when_not_matched_insert_all(cond)
-            return
-        columns = then.this.expressions if isinstance(then.this, exp.Tuple) else None
-        exprs = then.expression.expressions if isinstance(then.expression, exp.Tuple) else None
-        if columns is None or exprs is None or len(columns) != len(exprs):
-            raise UnsupportedSQL("MERGE ... INSERT needs (columns) VALUES (values) or *")
-        merger.when_not_matched_insert(
-            {c.name: _mere(v) for c, v in zip(columns, exprs, strict=True)}, cond
-        )
-    else:
-        raise UnsupportedSQL(f"MERGE clause {_short(_mere(when))!r} is not supported")

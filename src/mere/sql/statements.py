@@ -106,7 +106,7 @@ def run_command(tx: Transaction, catalog: Catalog, statement: Statement) -> pa.T
     elif isinstance(tree, exp.Alter):
         alter(tx, tree)
     else:
-        raise UnsupportedSQL(f"the statement {_short(statement.text)!r} is not supported")
+        raise UnsupportedSQL(f"the statement {short_text(statement.text)!r} is not supported")
     return None
 
 
@@ -118,13 +118,14 @@ def parse(text: str) -> exp.Expression:
             f"{e.get('description')} at line {e.get('line')}, column {e.get('col')}"
             for e in exc.errors[:3]
         )
-        raise SQLError(f"cannot parse {_short(text)!r}: {detail}") from None
+        raise SQLError(f"cannot parse {short_text(text)!r}: {detail}") from None
     if len(trees) != 1:
-        raise SQLError(f"expected one statement in {_short(text)!r}")
+        raise SQLError(f"expected one statement in {short_text(text)!r}")
     return cast(exp.Expression, trees[0])
 
 
-def _short(text: str, limit: int = 80) -> str:
+def short_text(text: str, limit: int = 80) -> str:
+    """``text`` on one line, cut at ``limit`` characters (for error messages)."""
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
@@ -208,7 +209,7 @@ def table_name(table: exp.Expression, what: str) -> str:
     return str(table.name)
 
 
-def _unqualify(tree: exp.Expression, names: set[str], what: str) -> exp.Expression:
+def unqualify(tree: exp.Expression, names: set[str], what: str) -> exp.Expression:
     """Strip ``t.`` from columns qualified with the table's name or alias."""
 
     def strip(node: exp.Expression) -> exp.Expression:
@@ -424,9 +425,9 @@ def update(tx: Transaction, tree: exp.Update) -> pa.Table:
         column = item.this
         if column.table and name_key(column.table) not in names:
             raise UnsupportedSQL(f"UPDATE sets {_sql(column)}, a column of another table")
-        assignments[column.name] = _sql(_unqualify(item.expression, names, "UPDATE"))
+        assignments[column.name] = _sql(unqualify(item.expression, names, "UPDATE"))
     where = tree.args.get("where")
-    condition = _sql(_unqualify(where.this, names, "UPDATE")) if where is not None else None
+    condition = _sql(unqualify(where.this, names, "UPDATE")) if where is not None else None
     return _count(tx.table(name).update(condition, assignments))
 
 
@@ -436,7 +437,7 @@ def delete(tx: Transaction, tree: exp.Delete) -> pa.Table:
     name = table_name(tree.this, "DELETE")
     names = {name_key(name)} | ({name_key(tree.this.alias)} if tree.this.alias else set())
     where = tree.args.get("where")
-    condition = _sql(_unqualify(where.this, names, "DELETE")) if where is not None else "TRUE"
+    condition = _sql(unqualify(where.this, names, "DELETE")) if where is not None else "TRUE"
     return _count(tx.table(name).delete(condition))
 
 
@@ -467,7 +468,7 @@ def merge(
     )
     whens = tree.args.get("whens")
     for when in whens.expressions if whens is not None else []:
-        _merge_clause(merger, when)
+        merge_clause(merger, when)
     metrics = merger.execute()
     inserted = metrics.num_target_rows_inserted
     updated = metrics.num_target_rows_updated
@@ -482,7 +483,12 @@ def merge(
     )
 
 
-def _merge_clause(merger: Any, when: exp.When) -> None:
+def merge_clause(merger: Any, when: exp.When) -> None:
+    """Add one ``WHEN [NOT] MATCHED ... THEN ...`` clause to a merge builder.
+
+    ``merger`` is a :class:`~mere.ops.merge.TableMerger` or Spark's merger: both
+    take the clauses as conditions and values in mere's SQL.
+    """
     if when.args.get("source"):
         raise UnsupportedSQL("MERGE ... WHEN NOT MATCHED BY SOURCE is not supported")
     cond_node = when.args.get("condition")
@@ -514,7 +520,7 @@ def _merge_clause(merger: Any, when: exp.When) -> None:
             {c.name: _sql(v) for c, v in zip(columns, exprs, strict=True)}, cond
         )
     else:
-        raise UnsupportedSQL(f"MERGE clause {_short(_sql(when))!r} is not supported")
+        raise UnsupportedSQL(f"MERGE clause {short_text(_sql(when))!r} is not supported")
 
 
 # --- CREATE, DROP, ALTER --------------------------------------------------------------------
@@ -567,7 +573,7 @@ def create(
         elif isinstance(item, exp.CheckColumnConstraint):
             checks.append((None, _check_sql(item)))
         else:
-            raise UnsupportedSQL(f"table constraint {_short(_sql(item))!r} is not supported")
+            raise UnsupportedSQL(f"table constraint {short_text(_sql(item))!r} is not supported")
     if len(keys) > 1:
         raise InvalidArgument(f"CREATE TABLE {name}: more than one PRIMARY KEY")
     tx.create_table(
@@ -595,7 +601,7 @@ def _partition_by(tree: exp.Create) -> list[str]:
                     raise UnsupportedSQL("PARTITIONED BY takes column names")
                 columns.append(item.name)
         else:
-            raise UnsupportedSQL(f"table property {_short(_sql(prop))!r} is not supported")
+            raise UnsupportedSQL(f"table property {short_text(_sql(prop))!r} is not supported")
     return columns
 
 
@@ -630,7 +636,7 @@ def _column(
             nullable = False
         else:
             raise UnsupportedSQL(
-                f"column constraint {_short(_sql(constraint))!r} is not supported",
+                f"column constraint {short_text(_sql(constraint))!r} is not supported",
                 help="supported: NOT NULL, NULL, CHECK (...) and PRIMARY KEY (in CREATE TABLE)",
             )
     return pa.field(item.name, arrow_type(kind), nullable)
@@ -638,7 +644,7 @@ def _column(
 
 def _check_sql(constraint: exp.Expression) -> str:
     if not isinstance(constraint, exp.CheckColumnConstraint):
-        raise UnsupportedSQL(f"constraint {_short(_sql(constraint))!r} is not supported")
+        raise UnsupportedSQL(f"constraint {short_text(_sql(constraint))!r} is not supported")
     return _sql(constraint.this)
 
 
@@ -689,7 +695,7 @@ def _alter_one(tx: Transaction, name: str, action: exp.Expression) -> None:
         other = [k for k, v in action.args.items() if v and k not in ("this", "dtype")]
         if dtype is None or other:
             raise UnsupportedSQL(
-                f"ALTER COLUMN {_short(_sql(action))!r} is not supported (only ... TYPE t)"
+                f"ALTER COLUMN {short_text(_sql(action))!r} is not supported (only ... TYPE t)"
             )
         alter.widen_column(action.this.name, arrow_type(dtype))
     elif isinstance(action, exp.Drop):
@@ -703,7 +709,7 @@ def _alter_one(tx: Transaction, name: str, action: exp.Expression) -> None:
                 help="dropping a column is not supported yet",
             )
     else:
-        raise UnsupportedSQL(f"ALTER TABLE action {_short(_sql(action))!r} is not supported")
+        raise UnsupportedSQL(f"ALTER TABLE action {short_text(_sql(action))!r} is not supported")
 
 
 __all__ = ["bind_placeholders", "literal", "parse", "run_command"]
