@@ -44,8 +44,10 @@ from mere.expr.bind import category
 
 T, F, N = "TRUE", "FALSE", "NULL"
 _ANY = frozenset((T, F, N))
-_NEGATED_OP = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
-_MONOTONE = {
+#: The comparison that holds exactly when ``op`` is false (for non-null operands).
+NEGATED_OP = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
+#: Casts from one type category to another that keep order (bounds follow the cast).
+MONOTONE_CASTS = {
     "int": ("int", "float", "decimal"),
     "decimal": ("int", "float", "decimal"),
     "float": ("int", "float", "decimal"),
@@ -327,7 +329,7 @@ class _Analyzer:
         src, dst = expr.operand.type, expr.to
         if (
             src is None
-            or category(dst) not in _MONOTONE.get(category(src), ())
+            or category(dst) not in MONOTONE_CASTS.get(category(src), ())
             or (inner.may_nan and not _floating(dst))  # NaN to a non-float fails
         ):
             return _Range(None, None, inner.may_null, True, _floating(dst))
@@ -370,7 +372,7 @@ def _value_outcomes(op: str, a: _Range, b: _Range) -> tuple[bool, bool]:
 
     if a.may_value and b.may_value:
         true = _possible(op, a, b)
-        false = _possible(_NEGATED_OP[op], a, b)
+        false = _possible(NEGATED_OP[op], a, b)
     if a.may_nan and b.may_value:  # NaN is above every number
         outcome(op in (">", ">=", "!="))
     if a.may_value and b.may_nan:

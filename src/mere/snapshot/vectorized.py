@@ -28,26 +28,15 @@ import pyarrow.types as pat
 from mere.expr import ast
 from mere.expr.arrow import cast_values
 from mere.expr.bind import category
-from mere.expr.skipping import ColumnRange
+from mere.expr.skipping import MONOTONE_CASTS, NEGATED_OP, ColumnRange
 
 #: A truth value per file: a constant for every file, or a boolean array without nulls.
 Bools: TypeAlias = "bool | pa.BooleanArray"
 #: A bound per file: an array (null: unknown), a scalar for every file, or None (unknown).
 Bound: TypeAlias = "pa.Array | pa.Scalar | None"
 
-_NEGATED_OP = {"=": "!=", "!=": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
 #: Functions whose bounds the per-file analysis follows (this module does not).
 _MONOTONE_FUNCTIONS = ("year", "date_trunc")
-_MONOTONE = {
-    "int": ("int", "float", "decimal"),
-    "decimal": ("int", "float", "decimal"),
-    "float": ("int", "float", "decimal"),
-    "bool": ("int", "float", "decimal", "bool"),
-    "date": ("date", "timestamp"),
-    "timestamp": ("date", "timestamp"),
-    "string": ("string",),
-    "binary": ("binary",),
-}
 
 
 class Unsupported(Exception):
@@ -271,7 +260,7 @@ def _value_outcomes(op: str, a: _Range, b: _Range) -> tuple[Bools, Bools]:
     false: Bools = False
     if both is not False:
         true = _and(both, _possible(op, a, b))
-        false = _and(both, _possible(_NEGATED_OP[op], a, b))
+        false = _and(both, _possible(NEGATED_OP[op], a, b))
     for cond, result in (
         (_and(a.may_nan, b.may_value), op in (">", ">=", "!=")),
         (_and(a.may_value, b.may_nan), op in ("<", "<=", "!=")),
@@ -514,7 +503,7 @@ class _Analyzer:
     def _cast(self, expr: ast.Cast) -> _Range:
         inner = self.range(expr.operand)
         src, dst = expr.operand.type, expr.to
-        if src is None or category(dst) not in _MONOTONE.get(category(src), ()):
+        if src is None or category(dst) not in MONOTONE_CASTS.get(category(src), ()):
             return _Range(None, None, inner.may_null, True, _floating(dst))
         # Where NaN may meet a cast to a non-float (which fails): nothing is known.
         failing = _and(inner.may_nan, not _floating(dst))
