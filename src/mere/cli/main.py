@@ -53,6 +53,7 @@ from mere.cli.output import (
     key_values,
     make_table,
     short_time,
+    tables_view,
     titled,
 )
 
@@ -127,15 +128,7 @@ def tables(
     if not entries:
         out.print(f"no tables at version {snap.version}")
         return
-    table = make_table(["table", "rows", "files", "size"], right=("rows", "files", "size"))
-    for entry in entries:
-        table.add_row(
-            Text(entry["name"]),
-            f"{entry['rows']:,}",
-            f"{entry['files']:,}",
-            human_size(entry["size_bytes"]),
-        )
-    out.print(titled(f"tables at version {snap.version}", table))
+    out.print(tables_view(entries, f"tables at version {snap.version}"))
 
 
 @cli.command(short_help="Describe a table: schema, partitioning, properties, size.")

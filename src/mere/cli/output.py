@@ -157,3 +157,16 @@ def key_values(rows: Sequence[tuple[str, Any]]) -> Table:
     for key, value in rows:
         grid.add_row(Text(key), value if isinstance(value, Text) else cell(value))
     return grid
+
+
+def tables_view(entries: Sequence[dict[str, Any]], title: str) -> Group:
+    """A listing of tables: name, rows, files and size (``mere tables``, ``\\dt``)."""
+    table = make_table(["table", "rows", "files", "size"], right=("rows", "files", "size"))
+    for entry in entries:
+        table.add_row(
+            Text(entry["name"]),
+            f"{entry['rows']:,}",
+            f"{entry['files']:,}",
+            human_size(entry["size_bytes"]),
+        )
+    return titled(title, table)

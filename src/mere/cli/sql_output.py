@@ -14,7 +14,16 @@ import pyarrow as pa
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from mere.cli.output import cell, console, emit_json, human_size, iter_rows, make_table, titled
+from mere.cli.output import (
+    cell,
+    console,
+    emit_json,
+    human_size,
+    iter_rows,
+    make_table,
+    tables_view,
+    titled,
+)
 
 if TYPE_CHECKING:
     from mere.sql.script import Statement
@@ -88,15 +97,7 @@ def show_tables(infos: list[dict[str, Any]], where: str, *, as_json: bool) -> No
     if not entries:
         click.echo(f"no tables {where}")
         return
-    table = make_table(["table", "rows", "files", "size"], right=("rows", "files", "size"))
-    for entry in entries:
-        table.add_row(
-            Text(entry["name"]),
-            f"{entry['rows']:,}",
-            f"{entry['files']:,}",
-            human_size(entry["size_bytes"]),
-        )
-    console().print(titled(f"tables {where}", table))
+    console().print(tables_view(entries, f"tables {where}"))
 
 
 def _count(n: int, noun: str) -> str:
