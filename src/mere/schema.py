@@ -531,3 +531,17 @@ def merge_schema(
         if new_type != old_type and is_safe_widening(old_type, new_type):
             merged = widen_column(merged, existing, new_type)
     return merged
+
+
+def has_statistics(type_: pa.DataType) -> bool:
+    """Whether min/max statistics are kept for columns of this type."""
+    return bool(
+        pat.is_integer(type_)
+        or pat.is_floating(type_)
+        or pat.is_boolean(type_)
+        or pat.is_string(type_)
+        or pat.is_large_string(type_)
+        or pat.is_date(type_)
+        or pat.is_timestamp(type_)
+        or pat.is_decimal(type_)
+    )

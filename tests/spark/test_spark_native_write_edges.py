@@ -33,9 +33,9 @@ from spark_helpers import data_files
 import mere
 import mere.schema
 import mere.spark
-from mere.data.values import MAX_STAT_STRING, has_statistics, stat_to_json
+from mere.data.values import MAX_STAT_STRING, stat_to_json
 from mere.errors import ConstraintViolation, StorageError
-from mere.schema import physical_name
+from mere.schema import has_statistics, physical_name
 from mere.spark import _core, _native_write
 from mere.spark._native_write import REBASE_CONF, TIMESTAMP_CONF, _write_settings
 from mere.storage.local import TEMP_PREFIX

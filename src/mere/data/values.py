@@ -107,17 +107,3 @@ def stat_from_json(value: Any, type_: pa.DataType) -> Any:
     except (pa.ArrowException, ValueError):
         return None
     return None
-
-
-def has_statistics(type_: pa.DataType) -> bool:
-    """Whether min/max statistics are kept for columns of this type."""
-    return bool(
-        pat.is_integer(type_)
-        or pat.is_floating(type_)
-        or pat.is_boolean(type_)
-        or pat.is_string(type_)
-        or pat.is_large_string(type_)
-        or pat.is_date(type_)
-        or pat.is_timestamp(type_)
-        or pat.is_decimal(type_)
-    )

@@ -31,11 +31,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mere.data.values import MAX_STAT_STRING, has_statistics, partition_text, stat_to_json
+from mere.data.values import MAX_STAT_STRING, partition_text, stat_to_json
 from mere.errors import InvalidKey, ObjectNotFound, StorageError
 from mere.log.actions import AddFile, TableMeta
 from mere.names import escape_partition_value
-from mere.schema import data_columns
+from mere.schema import data_columns, has_statistics
 from mere.storage.base import ObjectStore
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024

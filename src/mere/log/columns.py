@@ -43,7 +43,7 @@ import pyarrow.json as pa_json
 import pyarrow.types as pat
 
 from mere.log.actions import AddFile, TableMeta
-from mere.schema import physical_name
+from mere.schema import has_statistics, physical_name
 
 PATH, SIZE, ROWS, MODIFIED, DATA_CHANGE, NUM_RECORDS, STATS_EXTRA = (
     "path",
@@ -85,20 +85,6 @@ def nulls_column(physical: str) -> str:
 
 def nans_column(physical: str) -> str:
     return f"nans:{physical}"
-
-
-def has_statistics(type_: pa.DataType) -> bool:
-    """Whether min/max statistics are kept for a column type (as ``mere.data.values`` says)."""
-    return bool(
-        pat.is_integer(type_)
-        or pat.is_floating(type_)
-        or pat.is_boolean(type_)
-        or pat.is_string(type_)
-        or pat.is_large_string(type_)
-        or pat.is_date(type_)
-        or pat.is_timestamp(type_)
-        or pat.is_decimal(type_)
-    )
 
 
 def _as_text(type_: pa.DataType) -> bool:

@@ -56,12 +56,12 @@ from pyspark.sql.types import StructField, StructType
 from mere import expr as sqlexpr
 from mere.constraints import checks, compile_check
 from mere.data.reader import iter_read_files
-from mere.data.values import has_statistics, partition_text, stat_to_json
+from mere.data.values import partition_text, stat_to_json
 from mere.data.writer import new_data_file_path
 from mere.errors import ConstraintViolation, StorageError
 from mere.log.actions import AddFile, TableMeta
 from mere.names import NULL_PARTITION, name_key
-from mere.schema import physical_name, physical_names_clashing
+from mere.schema import has_statistics, physical_name, physical_names_clashing
 from mere.snapshot.scan import ScanPlan
 from mere.spark._files import check_condition, delete_files
 from mere.spark._types import spark_arrow_schema
