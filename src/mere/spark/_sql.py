@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
-import sqlglot
 from pyspark.sql import functions as F
 from sqlglot import exp
 
@@ -45,7 +44,7 @@ from mere.spark._native import native_read_refusal, read_files
 from mere.spark._types import spark_type
 from mere.spark._write import check_uri, write
 from mere.sql.errors import SQLError, UnsupportedSQL
-from mere.sql.statements import merge_clause, short_text, unqualify
+from mere.sql.statements import merge_clause, parse_trees, short_text, unqualify
 from mere.txn.transaction import DEFAULT_ISOLATION, Isolation, Transaction
 
 if TYPE_CHECKING:
@@ -359,20 +358,13 @@ class SparkTransaction:
 def _parse(text: str) -> exp.Expression:
     if not isinstance(text, str) or not text.strip():
         raise SQLError("the SQL text holds no statement")
-    try:
-        trees = [t for t in sqlglot.parse(text, read=SPARK) if t is not None]
-    except sqlglot.errors.ParseError as exc:
-        detail = "; ".join(
-            f"{e.get('description')} at line {e.get('line')}, column {e.get('col')}"
-            for e in exc.errors[:3]
-        )
-        raise SQLError(f"cannot parse {short_text(text)!r}: {detail}") from None
+    trees = parse_trees(text, SPARK)
     if len(trees) != 1:
         raise SQLError(
             f"expected one statement in {short_text(text)!r}, found {len(trees)}",
             help="call tx.sql() once per statement",
         )
-    return cast(exp.Expression, trees[0])
+    return trees[0]
 
 
 def _kind(tree: exp.Expression) -> str:

@@ -110,18 +110,24 @@ def run_command(tx: Transaction, catalog: Catalog, statement: Statement) -> pa.T
     return None
 
 
-def parse(text: str) -> exp.Expression:
+def parse_trees(text: str, dialect: str = DIALECT) -> list[exp.Expression]:
+    """The statements of ``text`` as sqlglot trees; SQLError naming where parsing failed."""
     try:
-        trees = [t for t in sqlglot.parse(text, dialect=DIALECT) if t is not None]
+        trees = sqlglot.parse(text, dialect=dialect)
+        return [cast(exp.Expression, t) for t in trees if t is not None]
     except sqlglot.errors.ParseError as exc:
         detail = "; ".join(
             f"{e.get('description')} at line {e.get('line')}, column {e.get('col')}"
             for e in exc.errors[:3]
         )
         raise SQLError(f"cannot parse {short_text(text)!r}: {detail}") from None
+
+
+def parse(text: str) -> exp.Expression:
+    trees = parse_trees(text)
     if len(trees) != 1:
         raise SQLError(f"expected one statement in {short_text(text)!r}")
-    return cast(exp.Expression, trees[0])
+    return trees[0]
 
 
 def short_text(text: str, limit: int = 80) -> str:
