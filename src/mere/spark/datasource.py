@@ -56,7 +56,6 @@ from mere.database import connect
 from mere.errors import InvalidArgument, SchemaMismatch
 from mere.log.actions import AddFile, TableMeta
 from mere.names import name_key
-from mere.snapshot.scan import plan_scan
 from mere.spark import _core
 from mere.spark._files import add_from_json, add_to_json, read_batches, write_batches
 from mere.spark._types import spark_arrow_schema, spark_schema
@@ -354,12 +353,11 @@ class MereReader(DataSourceReader):
         return filters
 
     def planned_files(self) -> list[AddFile]:
-        """The files the pinned snapshot and the pushed filters leave to read."""
+        """Every live file of the pinned table version (filters prune none: see the class)."""
         pinned = self._pinned
         with connect(pinned.uri, create=False) as db:
             table = _core.find_table(db.snapshot(version=pinned.version), pinned.table.id)
-            files = [] if table is None else table.files
-        return plan_scan(pinned.table, [], None).select(files)
+            return [] if table is None else list(table.files)
 
     def partitions(self) -> list[InputPartition]:
         """Input partitions of file pieces, each ``[add-action JSON, part, parts]``."""
