@@ -8,6 +8,11 @@ partition values or statistics rule every row out, and still returns every
 filter to Spark, which evaluates them on the rows. A filter that does not
 translate (a nested column, an array value, a type mere cannot compare) is
 simply not used for pruning, so a translation can never change a result.
+
+Not in use on Spark 4.3: the data source prunes nothing by pushed filters
+there (see :class:`mere.spark.datasource.MereReader`: Spark keeps one
+pushdown's planned partitions for every later scan of the DataFrame). Kept,
+and tested, for a Spark that scopes them to the scan.
 """
 
 from __future__ import annotations
