@@ -220,6 +220,9 @@ class Database:
             self.log.write_latest_hint(state.version)
         if state.version > 0 and state.version % self.checkpoint_interval(state) == 0:
             self._write_checkpoint(state)
+            from mere.maintain.inline import flush_after_checkpoint
+
+            flush_after_checkpoint(self, state)
 
     @property
     def properties(self) -> dict[str, str]:

@@ -24,6 +24,18 @@ DEFAULT_MIN_RETENTION = timedelta(hours=1)
 #: Database property holding the minimum retention, as a duration (``"1h"``, ``"7d"``, ``"3600"``).
 MIN_RETENTION_PROPERTY = "vacuumMinRetention"
 
+#: Data files of at most this many bytes are inlined in their commit (decimal
+#: text; absent or 0: never). Setting it moves the database to format version 3.
+INLINE_LIMIT_PROPERTY = "inlineLimit"
+#: The limit a user who turns inlining on without a size usually wants.
+DEFAULT_INLINE_LIMIT = 64 * 1024
+#: The most inlined bytes a table keeps before a checkpoint moves them to
+#: ordinary data files (decimal text).
+INLINE_FLUSH_PROPERTY = "inlineFlushBytes"
+DEFAULT_INLINE_FLUSH = 8 * 1024 * 1024
+#: Inlined data files are at most this large, whatever the property says.
+MAX_INLINE_LIMIT = 1024 * 1024
+
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?", re.IGNORECASE)
 _UNITS = {
     "ms": 0.001,
@@ -95,8 +107,34 @@ def checkpoint_interval(properties: Mapping[str, str]) -> int:
         return DEFAULT_CHECKPOINT_INTERVAL
 
 
+def _whole(properties: Mapping[str, str], name: str, default: int) -> int:
+    text = properties.get(name)
+    if text is None or not (text.isascii() and text.isdigit()):
+        return default
+    return int(text)
+
+
+def inline_limit(properties: Mapping[str, str]) -> int:
+    """The size up to which data files are inlined (0: never; tolerant like the interval)."""
+    return min(_whole(properties, INLINE_LIMIT_PROPERTY, 0), MAX_INLINE_LIMIT)
+
+
+def inline_flush_bytes(properties: Mapping[str, str]) -> int:
+    """How many inlined bytes a table holds before a checkpoint flushes them to files."""
+    return _whole(properties, INLINE_FLUSH_PROPERTY, DEFAULT_INLINE_FLUSH)
+
+
 def check_database_properties(properties: Mapping[str, str]) -> None:
     """Raise ValueError when a property mere reads has a value it cannot use."""
+    for name, most in ((INLINE_LIMIT_PROPERTY, MAX_INLINE_LIMIT), (INLINE_FLUSH_PROPERTY, None)):
+        text = properties.get(name)
+        if text is not None and not (
+            text.isascii() and text.isdigit() and (most is None or int(text) <= most)
+        ):
+            bound = f" up to {most}" if most is not None else ""
+            raise InvalidArgument(
+                f"database property {name} must be a whole number of bytes{bound}, not {text!r}"
+            )
     interval = properties.get(CHECKPOINT_INTERVAL_PROPERTY)
     whole = interval is None or (interval.isascii() and interval.isdigit())
     if interval is not None and not (whole and int(interval) >= 1):

@@ -368,6 +368,7 @@ class Case:
     row_group_bytes: int
     filters: list[Filter]
     local: bool = False  # a local directory (fsync on every commit: slow), else memory://
+    inline_limit: int = 0  # files of at most this many bytes are inlined in the log (0: none)
 
 
 @st.composite
@@ -381,6 +382,7 @@ def cases(draw: st.DrawFn) -> Case:
         draw(st.sampled_from([1, 300, 1200, 64 << 20])),
         draw(st.lists(FILTERS, min_size=1, max_size=4)),
         local=draw(st.integers(0, 9)) == 0,
+        inline_limit=draw(st.sampled_from([0, 0, 2500, 65536])),
     )
 
 
@@ -574,6 +576,8 @@ def run_case(case: Case, root: Path, delta_reader: DeltaReader) -> list[str]:
 
     uri = str(root / "db") if case.local else f"memory://{uuid.uuid4().hex}"
     db = mere.connect(uri, target_file_size=case.target_file_size)
+    if case.inline_limit:
+        db.set_properties({"inlineLimit": str(case.inline_limit)})
     try:
         return run_paths(db, case, root, delta_reader, table, con, expected)
     finally:
@@ -691,6 +695,7 @@ DELTA_PUSHDOWN_COLUMNS = {"k", "p", "i64", "i32", "n", "s", "d"}
 @example(case=Case(NAN_ROWS, [2], 1 << 20, 64 << 20, NAN_FILTERS, local=True))
 @example(case=Case(NAN_ROWS, [], 1 << 20, 64 << 20, NAN_FILTERS, local=True))
 @example(case=Case(NAN_ROWS, [], 1 << 20, 1, NAN_FILTERS))  # one row group per row
+@example(case=Case(NAN_ROWS, [1], 1 << 20, 64 << 20, NAN_FILTERS, local=True, inline_limit=65536))
 @example(case=Case([], [], 1 << 20, 64 << 20, [Filter("TRUE"), Filter("f > 0 OR f IS NULL")]))
 @given(case=cases())
 def test_every_path_agrees_with_duckdb(case: Case, delta_reader: DeltaReader) -> None:

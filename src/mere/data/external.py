@@ -61,11 +61,13 @@ def data_file_name(table: TableMeta, add: AddFile) -> str:
 
 
 def open_data_file(store: ObjectStore, table: TableMeta, add: AddFile) -> pa.NativeFile:
-    """A seekable input file of a data file, wherever it lives.
+    """A seekable input file of a data file, wherever it lives (inlined: in the log).
 
     Raises:
         DataFileMissing: the file does not exist (vacuum deleted it).
     """
+    if add.inline is not None:
+        return pa.BufferReader(add.inline)
     holder, key = data_file_location(store, table, add)
     try:
         return holder.open_input(key)

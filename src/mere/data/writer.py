@@ -91,7 +91,8 @@ class DataFileWriter:
     ``write`` takes data already conformed to the table schema. Files are
     uploaded as they fill up; ``finish`` writes what is left and returns
     every file written, as add actions. Nothing is visible until a commit
-    references them.
+    references them. A file of at most ``inline_limit`` bytes is not uploaded:
+    its add carries the bytes, to be inlined in the commit (docs/format.md §2.5).
     """
 
     def __init__(
@@ -100,10 +101,12 @@ class DataFileWriter:
         table: TableMeta,
         *,
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+        inline_limit: int = 0,
     ) -> None:
         self.store = store
         self.table = table
         self.target_file_size = target_file_size
+        self.inline_limit = inline_limit
         self.file_schema = data_columns(table.schema, table.partition_columns)
         self._logical = [f.name for f in table.schema if f.name not in table.partition_columns]
         self._open: dict[tuple[str | None, ...], _OpenFile] = {}
@@ -248,7 +251,9 @@ class DataFileWriter:
         """Upload closed files, in order, and record them as add actions."""
         for e in encoded:
             path = new_data_file_path(e.partition_values)
-            upload(self.store, self.table.prefix + path, e.buffer)
+            inline = e.buffer.to_pybytes() if e.buffer.size <= self.inline_limit else None
+            if inline is None:
+                upload(self.store, self.table.prefix + path, e.buffer)
             self.written.append(
                 AddFile(
                     table_id=self.table.id,
@@ -258,6 +263,7 @@ class DataFileWriter:
                     partition_values=e.partition_values,
                     stats=e.stats,
                     modification_time=int(time.time() * 1000),
+                    inline=inline,
                 )
             )
 

@@ -13,6 +13,8 @@ naming the file, never another exception.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from dataclasses import dataclass, field
@@ -25,12 +27,14 @@ from mere.schema import schema_from_json, schema_to_json
 from mere.storage.base import check_key
 
 #: The newest format version this mere reads and writes (docs/format.md §2.2).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: The format version a new database starts at: it moves to a newer one only
 #: when it first uses what needs it, so older readers keep reading the rest.
 BASE_FORMAT_VERSION = 1
 #: Named exports and tags (``export``/``dropExport``) and absolute data paths need this.
 EXPORTS_FORMAT_VERSION = 2
+#: Inlined data files (an ``add`` carrying its Parquet bytes, §2.5) need this.
+INLINE_FORMAT_VERSION = 3
 #: What an ``export`` action's ``mode`` may be; the last three keep files from vacuum.
 EXPORT_MODES = ("full", "partial", "minimal", "tag")
 ISOLATION_LEVELS = ("snapshot", "write_serializable", "serializable")
@@ -108,6 +112,9 @@ class AddFile:
     stats: dict[str, Any] | None
     modification_time: int
     data_change: bool = True
+    #: The file's Parquet bytes when it is inlined in the log (format version 3):
+    #: no object exists at ``path``, which stays the file's identity.
+    inline: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -234,18 +241,19 @@ def action_to_json(action: Action | CommitInfo) -> dict[str, Any]:
                 }
             }
         case AddFile():
-            return {
-                "add": {
-                    "tableId": action.table_id,
-                    "path": action.path,
-                    "size": action.size,
-                    "rows": action.rows,
-                    "partitionValues": action.partition_values,
-                    "stats": action.stats,
-                    "modificationTime": action.modification_time,
-                    "dataChange": action.data_change,
-                }
+            add: dict[str, Any] = {
+                "tableId": action.table_id,
+                "path": action.path,
+                "size": action.size,
+                "rows": action.rows,
+                "partitionValues": action.partition_values,
+                "stats": action.stats,
+                "modificationTime": action.modification_time,
+                "dataChange": action.data_change,
             }
+            if action.inline is not None:
+                add["inline"] = base64.b64encode(action.inline).decode("ascii")
+            return {"add": add}
         case RemoveFile():
             body: dict[str, Any] = {
                 "tableId": action.table_id,
@@ -455,15 +463,18 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
     if kind == "add":
         table_id = _table_id(body)
         stats = _get(body, "stats", dict, optional=True)
+        size = _count(body, "size")
+        inline = _inline(body, size)
         return AddFile(
             table_id=table_id,
             path=_data_path(table_id, _get(body, "path", str)),
-            size=_count(body, "size"),
+            size=size,
             rows=_count(body, "rows"),
             partition_values=_str_dict(_or_empty(body, "partitionValues"), "partitionValues", True),
             stats=stats,
             modification_time=_ms(body, "modificationTime"),
             data_change=bool(_get(body, "dataChange", bool, optional=True) is not False),
+            inline=inline,
         )
     if kind == "remove":
         table_id = _table_id(body)
@@ -484,6 +495,20 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
     if kind == "dropExport":
         return DropExport(_export_name(body))
     raise _Bad(f"unknown action {kind!r}")
+
+
+def _inline(body: dict[str, Any], size: int) -> bytes | None:
+    """An add's inlined Parquet bytes (standard base64 of exactly ``size`` bytes), if any."""
+    text = _get(body, "inline", str, optional=True)
+    if text is None:
+        return None
+    try:
+        data = base64.b64decode(text, validate=True)
+    except binascii.Error as exc:
+        raise _Bad(f"inline data is not base64: {exc}") from None
+    if len(data) != size:
+        raise _Bad(f"inline data holds {len(data)} bytes, the add says size {size}")
+    return data
 
 
 _EXPORT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,127}\Z")

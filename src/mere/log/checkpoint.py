@@ -49,7 +49,9 @@ from mere.log.actions import (
 )
 from mere.log.columns import (
     CORE,
+    INLINE,
     MODIFIED,
+    OPTIONAL_CORE,
     PATH,
     ROWS,
     SIZE,
@@ -229,7 +231,7 @@ def decode_part(
         if meta.get(b"mere.tableId") != part.table_id.encode():
             raise CorruptLog(part.key, f"is not a part of table {part.table_id}")
         names = parquet.schema_arrow.names
-        missing = [c for c in CORE if c not in names and c != "data_change"]
+        missing = [c for c in CORE if c not in names and c not in OPTIONAL_CORE]
         if missing:
             raise CorruptLog(part.key, f"has no column {missing[0]!r}")
         wanted = names if columns is None else [c for c in columns if c in names]
@@ -273,6 +275,19 @@ def check_file_columns(table_id: str, table: pa.Table, *, paths: bool = True) ->
             raise _Bad(f"a file has a missing or negative {name}")
     if paths and PATH in table.column_names:
         check_paths(table_id, table.column(PATH))
+    if INLINE in table.column_names and table.column(INLINE).null_count < table.num_rows:
+        check_inline(table)
+
+
+def check_inline(table: pa.Table) -> None:
+    """Inlined bytes are binary and as long as their file's size (raises _Bad)."""
+    inline = table.column(INLINE)
+    if not pa.types.is_binary(inline.type):
+        raise _Bad(f"column 'inline' has type {inline.type}, not binary")
+    if SIZE in table.column_names:
+        lengths = pc.cast(pc.binary_length(inline), pa.int64())
+        if pc.any(pc.not_equal(lengths, table.column(SIZE))).as_py():
+            raise _Bad("an inlined file's bytes differ in length from its size")
 
 
 def check_paths(table_id: str, paths: pa.ChunkedArray | pa.Array) -> None:

@@ -10,7 +10,8 @@ JSON text of format-1 checkpoints and the columns.
 The columns of a table (its :class:`FileLayout`):
 
 * ``path`` (string, never null), ``size``, ``rows``, ``modification_time``
-  (int64, never null), ``data_change`` (bool; null reads as true);
+  (int64, never null), ``data_change`` (bool; null reads as true), ``inline``
+  (binary: the Parquet bytes of an inlined file, null for a file stored as an object);
 * ``partition:<column>`` (string): the canonical text of each partition column
   (§6), null for NULL;
 * ``num_records`` (int64): ``stats.numRecords``;
@@ -45,12 +46,13 @@ import pyarrow.types as pat
 from mere.log.actions import AddFile, TableMeta
 from mere.schema import has_statistics, physical_name
 
-PATH, SIZE, ROWS, MODIFIED, DATA_CHANGE, NUM_RECORDS, STATS_EXTRA = (
+PATH, SIZE, ROWS, MODIFIED, DATA_CHANGE, INLINE, NUM_RECORDS, STATS_EXTRA = (
     "path",
     "size",
     "rows",
     "modification_time",
     "data_change",
+    "inline",
     "num_records",
     "stats_extra",
 )
@@ -62,9 +64,12 @@ CORE_FIELDS = (
     pa.field(ROWS, pa.int64(), nullable=False),
     pa.field(MODIFIED, pa.int64(), nullable=False),
     pa.field(DATA_CHANGE, pa.bool_()),
+    pa.field(INLINE, pa.binary()),
 )
 #: The columns every file table has, whatever the table's schema.
 CORE = tuple(f.name for f in CORE_FIELDS)
+#: The core columns a stored file table may lack (null: true / not inlined).
+OPTIONAL_CORE = frozenset((DATA_CHANGE, INLINE))
 
 
 def partition_column(name: str) -> str:
@@ -216,6 +221,7 @@ def adds_to_columns(layout: FileLayout, adds: Sequence[AddFile]) -> pa.Table:
         ROWS: pa.array([a.rows for a in adds], pa.int64()),
         MODIFIED: pa.array([a.modification_time for a in adds], pa.int64()),
         DATA_CHANGE: pa.array([a.data_change for a in adds], pa.bool_()),
+        INLINE: pa.array([a.inline for a in adds], pa.binary()),
     }
     for p in layout.partition_columns:
         values = [a.partition_values.get(p) for a in adds]
@@ -363,6 +369,8 @@ def columns_to_adds(layout: FileLayout, table_id: str, table: pa.Table) -> list[
     rows = table.column(ROWS).to_pylist()
     modified = table.column(MODIFIED).to_pylist()
     change = table.column(DATA_CHANGE).to_pylist()
+    inline = table.column(INLINE)
+    inlined = inline.to_pylist() if inline.null_count < n else [None] * n
     partitions = [
         (p, table.column(partition_column(p)).to_pylist()) for p in layout.partition_columns
     ]
@@ -414,6 +422,7 @@ def columns_to_adds(layout: FileLayout, table_id: str, table: pa.Table) -> list[
                 stats=stats,
                 modification_time=modified[i],
                 data_change=change[i] is not False,
+                inline=inlined[i],
             )
         )
     return out

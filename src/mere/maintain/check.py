@@ -604,7 +604,9 @@ def _check_files(
     for state in states:
         for table in state.tables.values():
             for add in table.files.values():
-                if "://" not in add.path:  # files of another store (format §11.6) are not ours
+                # Files of another store (format §11.6) are not ours; inlined ones
+                # are in the log, checked as it is decoded.
+                if "://" not in add.path and add.inline is None:
                     live.setdefault(table.meta.prefix + add.path, (table.meta, add))
     by_table: dict[str, list[tuple[str, TableMeta, AddFile]]] = {}
     for key, (meta, add) in live.items():

@@ -166,12 +166,15 @@ def shared_files(
     """The live files of ``tables`` at ``state`` that an export shares with its source.
 
     Without ``since`` (a minimal export, a tag): every one. With it (a partial
-    export): those the same table already had at version ``since``.
+    export): those the same table already had at version ``since``. An
+    inlined file is never shared: its bytes travel in the target's log.
     """
     shared = []
     for meta in tables:
         earlier = since.tables.get(meta.id) if since is not None else None
         for path, add in state.tables[meta.id].files.items():
+            if add.inline is not None:
+                continue
             if since is None or (earlier is not None and path in earlier.files):
                 shared.append((meta, add))
     return shared

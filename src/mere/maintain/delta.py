@@ -414,14 +414,12 @@ def _write_file(
     db: DatabaseContext, target: ObjectStore, meta: TableMeta, add: AddFile, file_schema: pa.Schema
 ) -> tuple[AddFile, int, bool]:
     """Copy (or rewrite in Delta's names and types) one data file; (add, size, rewritten)."""
-    holder, stored_key = data_file_location(db.store, meta, add)  # an export's: its source's
     key = data_file_name(meta, add)
-    try:
-        data = holder.get(stored_key)
-    except ObjectNotFound:
-        raise DataFileMissing(
-            f"data file {key} of table {meta.name!r} no longer exists (deleted by vacuum)"
-        ) from None
+    if add.inline is not None:  # its bytes are in the log: written as a file of its own
+        stored_key, data = meta.prefix + add.path, add.inline
+    else:
+        holder, stored_key = data_file_location(db.store, meta, add)  # an export's: its source's
+        data = _get(holder, stored_key, meta, key)
     stored = pq.read_schema(pa.BufferReader(data))
     same = stored.names == file_schema.names and all(
         stored.field(f.name).type == f.type for f in file_schema
@@ -448,6 +446,15 @@ def _write_file(
                 f"{target.uri} already holds a different object at {add.path}"
             ) from None
     return add, len(data), rewritten
+
+
+def _get(holder: ObjectStore, stored_key: str, meta: TableMeta, key: str) -> bytes:
+    try:
+        return holder.get(stored_key)
+    except ObjectNotFound:
+        raise DataFileMissing(
+            f"data file {key} of table {meta.name!r} no longer exists (deleted by vacuum)"
+        ) from None
 
 
 __all__ = ["DeltaExportError", "DeltaExportResult", "delta_type", "export_delta"]

@@ -67,6 +67,7 @@ from mere.errors import (
 from mere.log.actions import (
     BASE_FORMAT_VERSION,
     EXPORTS_FORMAT_VERSION,
+    INLINE_FORMAT_VERSION,
     Action,
     AddFile,
     CommitInfo,
@@ -91,6 +92,7 @@ from mere.maintain.common import (
 )
 from mere.maintain.progress import progress
 from mere.names import check_table_name, name_key
+from mere.properties import inline_limit
 from mere.snapshot.state import EXTERNAL_FILES_PROPERTY, DatabaseState
 from mere.storage import ObjectStore, open_store
 from mere.txn.committer import DEFAULT_MAX_COMMIT_ATTEMPTS, Committer
@@ -278,6 +280,7 @@ def export(
         shared = shared_files(state, since_state, chosen)
     shared_keys = {(meta.id, add.path) for meta, add in shared}
     copied = [job for job in all_files if (job[0].id, job[1].path) not in shared_keys]
+    to_copy = [job for job in copied if job[1].inline is None]  # inlined: in the target's log
 
     action: Export | None = None
     registered: int | None = None
@@ -297,10 +300,10 @@ def export(
         if store is None:
             assert not isinstance(target, ObjectStore)
             store = open_store(target)  # a local directory, created only now
-        with progress("copying data files", len(copied)) as advance:
-            if copied:
-                with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(copied))) as pool:
-                    for _ in pool.map(lambda job: _copy(db.store, store, job[0], job[1]), copied):
+        with progress("copying data files", len(to_copy)) as advance:
+            if to_copy:
+                with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(to_copy))) as pool:
+                    for _ in pool.map(lambda job: _copy(db.store, store, job[0], job[1]), to_copy):
                         advance(1)
         _create_target(db, store, state, chosen, copied, shared, mode, tables is None, action)
     except CommitOutcomeUnknown as exc:
@@ -350,6 +353,8 @@ def _create_target(
     if shared:
         properties[EXTERNAL_FILES_PROPERTY] = "true"
         fmt = EXPORTS_FORMAT_VERSION
+    if inline_limit(properties) or any(add.inline is not None for _, add in copied):
+        fmt = INLINE_FORMAT_VERSION  # the target inlines as its source did
     adds = [replace(add, path=_relative_path(meta, add)) for meta, add in copied]
     adds += [replace(add, path=_absolute_path(db.store, meta, add)) for meta, add in shared]
     actions: list[Action] = [

@@ -213,7 +213,7 @@ def _check_files_exist(
     db: DatabaseContext, version: int, to_add: list[tuple[TableMeta, list[AddFile]]]
 ) -> None:
     """Raise DataFileMissing if any file to add back no longer exists."""
-    jobs = [(meta, add) for meta, adds in to_add for add in adds]
+    jobs = [(meta, add) for meta, adds in to_add for add in adds if add.inline is None]
     if not jobs:
         return
 

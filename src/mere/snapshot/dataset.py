@@ -72,12 +72,17 @@ def physical_dataset(
 
     Each file is read where :func:`~mere.data.external.data_file_location`
     says it lives: in ``store``, or (an absolute path of an export's target)
-    in its source's store.
+    in its source's store; an inlined file from its bytes.
     """
     local = pafs.LocalFileSystem()
     fragments: list[ds.ParquetFileFragment | None] = [None] * len(files)
     remote: dict[int, tuple[ObjectStore, list[tuple[int, str]]]] = {}
     for i, add in enumerate(files):
+        if add.inline is not None:  # its bytes are in the log
+            fragments[i] = _FORMAT.make_fragment(
+                pa.BufferReader(add.inline), partition_expression=file_guarantee(meta, add)
+            )
+            continue
         holder, key = data_file_location(store, meta, add)
         if isinstance(holder, LocalStore):
             fragments[i] = _FORMAT.make_fragment(

@@ -32,6 +32,7 @@ from mere.log.checkpoint import (
 )
 from mere.log.columns import (
     DATA_CHANGE,
+    INLINE,
     MODIFIED,
     PATH,
     ROWS,
@@ -52,8 +53,14 @@ FOLD_MIN = 4096
 SLICE_ROWS = 256
 #: Files added by commits are kept as objects until columns are asked for, or
 #: until this many wait: columns for one file cost about a millisecond, for many
-#: a few microseconds each (a commit applied to a cached state is usually one file).
-PENDING_MAX = 256
+#: a few microseconds each (a commit applied to a cached state is usually one
+#: file), and a small table replayed from its commits alone (a thousand of them,
+#: no checkpoint) never needs columns to be opened or listed. Applying a commit
+#: copies the waiting objects' index (about 6 microseconds per thousand).
+PENDING_MAX = 2048
+#: Up to this many added files, their paths are also kept as a set, so that a
+#: commit is checked against them without a pass over the path column.
+PATH_SET_MAX = 65536
 
 
 class FileSource(Protocol):
@@ -232,13 +239,20 @@ class LiveFiles(Mapping[str, AddFile]):
         pending: Mapping[str, AddFile] | None = None,
         version: int = -1,
         reload: Reload | None = None,
+        meta: TableMeta | None = None,
+        added_paths: frozenset[str] | None = None,
     ) -> None:
         self.table_id = table_id
         self.layout = layout
+        #: The metadata ``layout`` was derived from, if known: the same object
+        #: again needs no new derivation (:meth:`apply`).
+        self.meta = meta
         self._base = base if base is not None and base.num_rows else None
         self._removed = removed if self._base is not None else frozenset()
         self._added = added if added is not None else layout.empty()
         self._pending: dict[str, AddFile] = dict(pending) if pending else {}
+        #: The paths of ``_added``, when known (None: not computed, or too many).
+        self._added_paths = added_paths
         #: The versions these are the table's files at: from ``version`` to ``_seen``.
         self.version = version
         self._seen = version
@@ -253,19 +267,36 @@ class LiveFiles(Mapping[str, AddFile]):
 
     @staticmethod
     def empty(meta: TableMeta) -> LiveFiles:
-        return LiveFiles(meta.id, FileLayout.of(meta))
+        return LiveFiles(meta.id, FileLayout.of(meta), meta=meta)
 
     @staticmethod
     def from_adds(meta: TableMeta, adds: Iterable[AddFile]) -> LiveFiles:
+        """Files given as objects: kept as such (columns are built when first asked for)."""
         layout = FileLayout.of(meta)
-        return LiveFiles(meta.id, layout, added=adds_to_columns(layout, list(adds)))
+        pending = {a.path: a for a in adds}
+        if len(pending) > PENDING_MAX:
+            return LiveFiles(
+                meta.id,
+                layout,
+                added=_joined(layout, layout.empty(), list(pending.values())),
+                meta=meta,
+            )
+        return LiveFiles(meta.id, layout, pending=pending, meta=meta)
+
+    def _layout_of(self, meta: TableMeta) -> FileLayout:
+        """The layout of ``meta``: this one when it is the same (or an equal) one."""
+        if meta is self.meta:
+            return self.layout
+        layout = FileLayout.of(meta)
+        return self.layout if layout == self.layout else layout  # its schema is cached
 
     def with_meta(self, meta: TableMeta, version: int) -> LiveFiles:
         """The same files under new table metadata (new statistics columns, widened types)."""
-        layout = FileLayout.of(meta)
-        if layout == self.layout:
-            return self
+        layout = self._layout_of(meta)
         with self._lock:
+            if layout == self.layout:
+                self.meta = meta  # the same layout: the next commit need not derive it again
+                return self
             return LiveFiles(
                 self.table_id,
                 layout,
@@ -275,6 +306,8 @@ class LiveFiles(Mapping[str, AddFile]):
                 pending=self._pending,
                 version=version,
                 reload=self._reload,
+                meta=meta,
+                added_paths=self._added_paths,
             )
 
     def seen(self, version: int) -> None:
@@ -295,16 +328,24 @@ class LiveFiles(Mapping[str, AddFile]):
         ``touched`` holds every path the batch added or removed; ``adds`` the
         files whose last action in the batch added them, in order.
         """
-        layout = FileLayout.of(meta)
-        if layout == self.layout:
-            layout = self.layout  # its schema is cached
+        layout = self._layout_of(meta)
         touched = frozenset(touched)
         with self._lock:
             base, removed, added, pending = self._base, self._removed, self._added, self._pending
+            added_paths = self._added_paths
         if touched and added.num_rows:
-            gone = pc.is_in(added.column(PATH), value_set=pa.array(list(touched), pa.string()))
-            if pc.any(gone).as_py():
-                added = added.filter(pc.invert(gone))
+            if added_paths is None and added.num_rows <= PATH_SET_MAX:
+                added_paths = _path_set(added)
+                with self._lock:
+                    if self._added is added:
+                        self._added_paths = added_paths
+            gone = touched & added_paths if added_paths is not None else touched
+            if gone:
+                mask = pc.is_in(added.column(PATH), value_set=pa.array(list(gone), pa.string()))
+                if added_paths is not None or pc.any(mask).as_py():
+                    added = added.filter(pc.invert(mask))
+                if added_paths is not None:
+                    added_paths = added_paths - gone
         pending = dict(pending)  # path -> file, in the order added (a copy: this one is kept)
         if pending:
             for path in touched:
@@ -312,6 +353,7 @@ class LiveFiles(Mapping[str, AddFile]):
         for a in adds:  # every added path is among those touched: a re-add moves to the end
             pending[a.path] = a
         if len(pending) > PENDING_MAX:
+            added_paths = _with_paths(added_paths, pending)
             added = _joined(layout, added, list(pending.values()))
             pending = {}
         removed = removed | touched if base is not None else frozenset()
@@ -324,6 +366,8 @@ class LiveFiles(Mapping[str, AddFile]):
             pending=pending,
             version=version,
             reload=self._reload,
+            meta=meta,
+            added_paths=added_paths,
         )
         base_rows = base.num_rows if base is not None else 0
         delta = len(removed) + added.num_rows + len(pending)
@@ -335,6 +379,7 @@ class LiveFiles(Mapping[str, AddFile]):
         """The added files as columns (of this layout), the pending objects turned into columns."""
         with self._lock:
             if self._pending or self._added.schema != self.layout.schema:
+                self._added_paths = _with_paths(self._added_paths, self._pending)
                 self._added = _joined(self.layout, self._added, list(self._pending.values()))
                 self._pending = {}
             return self._added
@@ -369,6 +414,7 @@ class LiveFiles(Mapping[str, AddFile]):
                     raise
                 self._base, self._removed = fresh._base, fresh._removed
                 self._added, self._pending = fresh._added, fresh._pending
+                self._added_paths = fresh._added_paths
                 self._keep = None
                 self._cache.clear()
         return read()
@@ -408,15 +454,36 @@ class LiveFiles(Mapping[str, AddFile]):
         return self.layout.conform(self._base.read([n for n in names if n in known]), names)
 
     def _fill(self, names: list[str]) -> None:
+        table = self._stored(names, pending=True)
+        for name in names:
+            self._cache[name] = _normalized(name, table.column(name))
+
+    def _stored(self, names: Sequence[str], *, pending: bool) -> pa.Table:
+        """Columns ``names`` of the files held as columns (the base's live rows, then the
+        added ones); with ``pending``, the files waiting as objects are turned into columns
+        first and come last."""
         base = self._from_base(lambda: self._base_read(names))  # first: may read anew
         keep = self._base_keep()
         if keep is not None:
             base = base.filter(keep)
-        added = self._added_columns().select(names)
-        for name in names:
-            chunks = base.column(name).chunks + added.column(name).chunks
-            column = pa.chunked_array(chunks, type=self.layout.schema.field(name).type)
-            self._cache[name] = _normalized(name, column)
+        if pending:
+            added = self._added_columns().select(names)
+        else:
+            added = self.layout.conform(self._added, names)
+        arrays = [
+            pa.chunked_array(
+                base.column(name).chunks + added.column(name).chunks,
+                type=self.layout.schema.field(name).type,
+            )
+            for name in names
+        ]
+        return pa.Table.from_arrays(
+            arrays, schema=pa.schema([self.layout.schema.field(n) for n in names])
+        )
+
+    def _objects_only(self) -> bool:
+        """Every file is an object waiting to become columns (a small table's usual state)."""
+        return self._base is None and self._added.num_rows == 0
 
     def _base_keep(self) -> pa.Array | None:
         """The mask of the base's rows still live (None: all of them)."""
@@ -453,6 +520,9 @@ class LiveFiles(Mapping[str, AddFile]):
         """The sum of an integer column (``rows``, ``size``) over the live files."""
         if self.num_files == 0:
             return 0
+        with self._lock:
+            if self._objects_only() and column in (ROWS, SIZE):
+                return sum(getattr(a, column) for a in self._pending.values())
         return int(pc.sum(self.columns([column]).column(0)).as_py() or 0)
 
     @property
@@ -474,8 +544,20 @@ class LiveFiles(Mapping[str, AddFile]):
         modification time of 0 unless it is among them: enough to read the
         files, not to write them into a commit.
         """
+        with self._lock:
+            if self._objects is not None or self._objects_only():
+                objects = self._all()  # more than ``columns`` hold, at no cost
+                if isinstance(indices, pa.Array | pa.ChunkedArray):
+                    indices = indices.to_pylist()
+                return [objects[i] for i in indices]
         names = list(self.layout.schema.names if columns is None else columns)
-        needed = [PATH, SIZE, ROWS, *(partition_column(p) for p in self.layout.partition_columns)]
+        needed = [
+            PATH,
+            SIZE,
+            ROWS,
+            INLINE,
+            *(partition_column(p) for p in self.layout.partition_columns),
+        ]
         names += [n for n in needed if n not in names]
         table = self.columns(names)
         if isinstance(indices, range) and len(indices) == table.num_rows and indices.step == 1:
@@ -489,16 +571,30 @@ class LiveFiles(Mapping[str, AddFile]):
         return columns_to_adds(self.layout, self.table_id, chosen)
 
     def _all(self) -> list[AddFile]:
+        """Every file as an object, in row order; the files waiting as objects are those."""
         self._paths()  # checked: no path twice
         with self._lock:
             if self._objects is None:
-                self._objects = columns_to_adds(self.layout, self.table_id, self.table())
+                if self._objects_only():
+                    self._objects = list(self._pending.values())
+                elif self._pending:
+                    stored = self._stored(self.layout.schema.names, pending=False)
+                    self._objects = columns_to_adds(self.layout, self.table_id, stored)
+                    self._objects += self._pending.values()
+                else:
+                    self._objects = columns_to_adds(self.layout, self.table_id, self.table())
             return self._objects
 
     def _paths(self) -> dict[str, int]:
         with self._lock:
             if self._index is None:
-                paths = self.columns([PATH]).column(0).to_pylist()
+                if self._objects_only():
+                    paths = list(self._pending)
+                elif self._pending and PATH not in self._cache:
+                    paths = self._stored([PATH], pending=False).column(0).to_pylist()
+                    paths += self._pending
+                else:
+                    paths = self.columns([PATH]).column(0).to_pylist()
                 index = {p: i for i, p in enumerate(paths)}
                 if len(index) != len(paths):
                     raise CorruptLog(_origin(self._base), "a data file is listed twice")
@@ -510,6 +606,9 @@ class LiveFiles(Mapping[str, AddFile]):
         with self._lock:
             if self._objects is not None:
                 return self._objects[i]
+            found = self._pending.get(path)
+            if found is not None:
+                return found
         return self.take([i])[0]
 
     def __contains__(self, path: object) -> bool:
@@ -567,6 +666,18 @@ def _joined(layout: FileLayout, added: pa.Table, pending: Sequence[AddFile]) -> 
     if joined.column(PATH).num_chunks > 64:
         joined = joined.combine_chunks()
     return joined
+
+
+def _path_set(added: pa.Table) -> frozenset[str]:
+    return frozenset(added.column(PATH).to_pylist())
+
+
+def _with_paths(paths: frozenset[str] | None, more: Iterable[str]) -> frozenset[str] | None:
+    """``paths`` and ``more``; None (unknown) when ``paths`` is, or when the set grows too large."""
+    if paths is None:
+        return None
+    joined = paths.union(more)
+    return joined if len(joined) <= PATH_SET_MAX else None
 
 
 def _take_rows(table: pa.Table, indices: Sequence[int] | pa.Array) -> pa.Table:

@@ -20,6 +20,7 @@ import pyarrow as pa
 from mere.errors import CorruptLog
 from mere.log.actions import (
     EXPORTS_FORMAT_VERSION,
+    INLINE_FORMAT_VERSION,
     Action,
     AddFile,
     AppTxn,
@@ -260,7 +261,9 @@ def _apply(
 
     for key, a in entries:
         if isinstance(a, AddFile):
-            if is_external_path(a.path):
+            if a.inline is not None:
+                _check_inline(key, protocol, a.path)
+            elif is_external_path(a.path):
                 _check_external(key, protocol, database, a.path)
             batch(a.table_id, key).add(a)
         elif isinstance(a, RemoveFile):
@@ -350,6 +353,16 @@ def _check_external(key: str, protocol: Protocol, database: DatabaseMeta | None,
         raise CorruptLog(
             key, f"absolute data path {path!r} in a database without {EXTERNAL_FILES_PROPERTY}=true"
         )
+
+
+def _check_inline(key: str, protocol: Protocol, path: str) -> None:
+    """Inlined data needs format version 3 and a relative path (§2.5)."""
+    if protocol.format_version < INLINE_FORMAT_VERSION:
+        raise CorruptLog(
+            key, f"inlined data file {path!r} needs format version {INLINE_FORMAT_VERSION}"
+        )
+    if is_external_path(path):
+        raise CorruptLog(key, f"inlined data file {path!r} has an absolute path")
 
 
 def _holds_external_files(tables: Mapping[str, TableState], batches: Mapping[str, _Batch]) -> bool:

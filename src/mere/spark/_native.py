@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from mere.data.external import data_file_location
+from mere.data.reader import read_files as read_data_files
 from mere.database import connect
 from mere.errors import InvalidArgument, InvalidExpression
 from mere.log.actions import AddFile, TableMeta
@@ -33,7 +34,7 @@ from mere.names import NULL_PARTITION
 from mere.schema import physical_name, physical_names_clashing
 from mere.snapshot.scan import plan_scan
 from mere.spark import _core
-from mere.spark._types import spark_schema, spark_type
+from mere.spark._types import spark_arrow_schema, spark_schema, spark_type, to_spark_table
 from mere.storage import LocalStore, ObjectStore
 
 if TYPE_CHECKING:
@@ -174,16 +175,39 @@ def read_files(
     # A file of an export's source (an absolute path, docs/format.md §11.6) is read
     # under that table's location there: files are grouped by location too.
     groups: dict[tuple[str, Literals], list[str]] = defaultdict(list)
+    inlined = []
     for add in files:
+        if add.inline is not None:
+            inlined.append(add)
+            continue
         blanks = _literal_partitions(table, add)
         holder, key = data_file_location(store, table, add)
         location = table_location(holder, table)
         groups[(location, blanks)].append(key[len(table.prefix) :])
     parts = [scan(location, paths, dict(blanks)) for (location, blanks), paths in groups.items()]
+    if inlined:
+        parts.append(_inlined_rows(spark, store, table, inlined, logical))
     result = parts[0]
     for part in parts[1:]:
         result = result.unionByName(part)
     return result
+
+
+def _inlined_rows(
+    spark: SparkSession,
+    store: ObjectStore,
+    table: TableMeta,
+    files: Sequence[AddFile],
+    logical: StructType,
+) -> DataFrame:
+    """The rows of inlined files (docs/format.md §2.5), decoded here and handed to Spark.
+
+    Their bytes are in the log, where Spark's Parquet reader cannot see them;
+    they are small by definition (at most the database's ``inlineLimit`` each,
+    and a checkpoint moves them to ordinary files past ``inlineFlushBytes``).
+    """
+    rows = pa.concat_tables(read_data_files(store, table, files, table.schema.names))
+    return spark.createDataFrame(to_spark_table(rows, spark_arrow_schema(logical)))
 
 
 def spark_condition(condition: str) -> str:

@@ -19,7 +19,8 @@ pyarrow dataset instead. It is refused for:
 * partition columns other than integers, strings, dates and booleans;
 * a file whose statistics do not show it holds every column of the table
   (one written before a column was added, or without statistics);
-* file paths with glob characters, a file of another database (an export's
+* an inlined file (its bytes are in the log, docs/format.md §2.5: no file to name),
+  file paths with glob characters, a file of another database (an export's
   target may name its source's files, docs/format.md §11.6; DuckDB may read
   under the store's root only), and more than :data:`MAX_BRANCHES`
   partition values.
@@ -118,7 +119,7 @@ def native_view(store: LocalStore, meta: TableMeta, files: Sequence[AddFile]) ->
     # Newest first: DuckDB reads a branch in its first file's types, and a file
     # written after a column was widened has the wider type.
     for add in sorted(files, key=lambda a: a.modification_time, reverse=True):
-        if not _holds_every_column(add, physical):
+        if add.inline is not None or not _holds_every_column(add, physical):
             return None
         holder, file_key = data_file_location(store, meta, add)
         if holder is not store:  # DuckDB may read under this store's root only

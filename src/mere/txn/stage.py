@@ -45,16 +45,17 @@ from mere.errors import (
     TableNotFound,
 )
 from mere.log.actions import (
+    INLINE_FORMAT_VERSION,
     Action,
     AddFile,
     AppTxn,
     DropTable,
+    Protocol,
     RemoveFile,
     TableMeta,
 )
 from mere.names import check_table_name, name_key
-from mere.properties import check_database_properties
-from mere.snapshot.planning import select_files
+from mere.properties import check_database_properties, inline_limit
 from mere.snapshot.scan import ScanPlan, plan_scan, scan_files
 from mere.snapshot.state import DatabaseState
 from mere.storage import ObjectStore
@@ -66,11 +67,18 @@ from mere.txn.keys import (
     duplicates_within,
     key_columns,
     key_counts,
+    live_candidates,
+    present_keys,
     refuse_duplicates,
+    remember_filter,
     semi_join,
 )
 
 log = logging.getLogger("mere.txn")
+
+#: A transaction keeps the key rows of the files it writes in memory, up to this
+#: many in all, so that its key checks need not read those files back.
+KEPT_KEY_ROWS = 1_000_000
 
 
 @dataclass
@@ -107,6 +115,23 @@ class _Frame:
     written: list[tuple[str, str]] = field(default_factory=list)  # (table id, path)
     new_keys: dict[str, list[pa.Table]] = field(default_factory=dict)  # keyed tables' new rows
     new_key_files: dict[str, list[AddFile]] = field(default_factory=dict)  # added, keyed
+    writer_keys: dict[str, _WriterKeys] = field(default_factory=dict)  # of keyed tables' writers
+
+
+@dataclass
+class _WriterKeys:
+    """The key rows given to one writer, and the files of writers it absorbed."""
+
+    keys: list[pa.Table] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _HeldKeys:
+    """Files this transaction wrote, and the key rows they hold between them."""
+
+    paths: frozenset[str]
+    keys: pa.Table
 
 
 class Stage:
@@ -130,6 +155,11 @@ class Stage:
         self.store = store
         self.read_state = read_state
         self.target_file_size = target_file_size
+        self.inline_limit = (
+            inline_limit(read_state.properties)
+            if read_state.protocol.format_version >= INLINE_FORMAT_VERSION
+            else 0
+        )
         self.reads = TxFootprint(isolation)  # reads only; writes are derived from the stage
         self._tables: dict[str, TableStage] = {}
         self._app_txns: dict[str, AppTxn] = {}
@@ -137,6 +167,8 @@ class Stage:
         self._operations: list[dict[str, Any]] = []
         self._rewrites = False  # anything other than a plain append
         self._frames: list[_Frame] = [_Frame()]  # the bottom frame is the transaction itself
+        self._held: dict[str, list[_HeldKeys]] = {}  # table id -> key rows of files written
+        self._held_rows = 0
 
     # --- the namespace, as this transaction sees it -------------------------------
 
@@ -287,12 +319,23 @@ class Stage:
         self._touch(table_id)
         frame = self._frames[-1]
         columns = key_columns(meta)
-        if columns:
-            frame.new_keys.setdefault(table_id, []).append(rows.select(columns))
         writer = frame.writers.get(table_id)
         if writer is None:
-            writer = DataFileWriter(self.store, meta, target_file_size=self.target_file_size)
+            writer = DataFileWriter(
+                self.store,
+                meta,
+                target_file_size=self.target_file_size,
+                inline_limit=self.inline_limit,
+            )
             frame.writers[table_id] = writer
+            if columns:
+                frame.writer_keys[table_id] = _WriterKeys()
+        if columns:
+            keys = rows.select(columns)
+            frame.new_keys.setdefault(table_id, []).append(keys)
+            held = frame.writer_keys.get(table_id)
+            if held is not None:
+                held.keys.append(keys)
         writer.write(rows)
 
     def add_files(self, table_id: str, adds: Sequence[AddFile], *, owned: bool = False) -> None:
@@ -313,7 +356,7 @@ class Stage:
             staged.adds[add.path] = add
         if owned:
             frame = self._frames[-1]
-            frame.written.extend((table_id, a.path) for a in adds)
+            frame.written.extend((table_id, a.path) for a in adds if a.inline is None)
             if key_columns(self.meta(table_id)) and any(a.data_change for a in adds):
                 frame.new_key_files.setdefault(table_id, []).extend(adds)
 
@@ -458,16 +501,28 @@ class Stage:
         parent.written.extend(frame.written)
         for table_id, writer in frame.writers.items():
             mine = parent.writers.get(table_id)
+            theirs = frame.writer_keys.get(table_id)
             if mine is None:
                 parent.writers[table_id] = writer
+                if theirs is not None:
+                    parent.writer_keys[table_id] = theirs
+                continue
+            # Rows still in memory join the enclosing writer (no extra small file).
+            absorbed = mine.absorb(writer)
+            for add in absorbed:
+                self._stage_written(table_id, add, parent, frames_above=len(self._frames))
+            ours = parent.writer_keys.get(table_id)
+            if ours is None or theirs is None:
+                parent.writer_keys.pop(table_id, None)  # the keys of the files are unknown
             else:
-                # Rows still in memory join the enclosing writer (no extra small file).
-                for add in mine.absorb(writer):
-                    self._stage_written(table_id, add, parent, frames_above=len(self._frames))
+                ours.keys += theirs.keys
+                ours.paths += theirs.paths + [a.path for a in absorbed]
 
     def _rollback(self, frame: _Frame) -> None:
         for table_id, writer in frame.writers.items():
-            frame.written.extend((table_id, a.path) for a in writer.finish())
+            frame.written.extend(
+                (table_id, a.path) for a in writer.finish() if a.inline is None
+            )
         for table_id, saved in frame.tables.items():
             if saved is None:
                 self._tables.pop(table_id, None)
@@ -573,8 +628,11 @@ class Stage:
         """Write out every buffered row of the table, so its files can be listed."""
         for level, frame in enumerate(self._frames):
             writer = frame.writers.pop(table_id, None)
+            held = frame.writer_keys.pop(table_id, None)
             if writer is not None:
-                self._finish_writer(table_id, writer, frames_above=level + 1, frame=frame)
+                adds = self._finish_writer(table_id, writer, frames_above=level + 1, frame=frame)
+                if held is not None and held.keys:
+                    self._hold_keys(table_id, held.paths, adds, pa.concat_tables(held.keys))
 
     def _finish_writer(
         self,
@@ -583,21 +641,24 @@ class Stage:
         *,
         frames_above: int,
         frame: _Frame | None = None,
-    ) -> None:
-        """Stage a writer's files as adds of the frame it belongs to.
+    ) -> list[AddFile]:
+        """Stage a writer's files as adds of the frame it belongs to; returns them.
 
         Frames above that frame saved the table before these rows existed in
         files; their saved copies get the files too, since the rows were
         written before them.
         """
         owner = frame if frame is not None else self._frames[frames_above - 1]
-        for add in writer.finish():
+        adds = writer.finish()
+        for add in adds:
             self._stage_written(table_id, add, owner, frames_above=frames_above)
+        return adds
 
     def _stage_written(
         self, table_id: str, add: AddFile, owner: _Frame, *, frames_above: int
     ) -> None:
-        owner.written.append((table_id, add.path))
+        if add.inline is None:  # an inlined file has no object to delete
+            owner.written.append((table_id, add.path))
         staged = self._tables.get(table_id)
         if staged is None:  # dropped since: nothing references the file
             return
@@ -636,6 +697,11 @@ class Stage:
         database = self.read_state.database
         if self._database_properties is not None and database is not None:
             actions.append(replace(database, properties=self._database_properties))
+            if (
+                inline_limit(self._database_properties)
+                and self.read_state.protocol.format_version < INLINE_FORMAT_VERSION
+            ):
+                actions.insert(0, Protocol(INLINE_FORMAT_VERSION))  # turning inlining on
         return actions
 
     def footprint(self) -> TxFootprint:
