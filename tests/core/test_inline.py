@@ -1,0 +1,251 @@
+"""Inlined data files (docs/format.md §2.5): small writes carry their Parquet bytes in the log."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import mere
+from mere.errors import CorruptLog, FormatVersionError, InvalidArgument
+from mere.log import actions
+from mere.log.keys import commit_key
+from mere.maintain.inline import flush_inlined, inlined_bytes
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("s", pa.string())])
+
+
+def objects(db: mere.Database) -> list[str]:
+    """The data file objects of the database (key filter sidecars left out)."""
+    return sorted(m.key for m in db.store.list("tables/") if m.key.endswith(".parquet"))
+
+
+def rows(db: mere.Database, name: str = "t", **kw: object) -> list[tuple[object, ...]]:
+    table = db.table(name).scan(**kw)  # type: ignore[arg-type]
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+def commit_lines(db: mere.Database, version: int) -> list[dict[str, object]]:
+    return [json.loads(line) for line in db.store.get(commit_key(version)).decode().splitlines()]
+
+
+@pytest.fixture
+def inlining(db: mere.Database) -> mere.Database:
+    db.create_table("t", SCHEMA)
+    db.set_properties({"inlineLimit": "65536"})
+    return db
+
+
+def test_turning_inlining_on_moves_the_database_to_format_3_in_the_same_commit(
+    db: mere.Database,
+) -> None:
+    db.create_table("t", SCHEMA)
+    db.table("t").append([{"id": 1, "s": "a"}])
+    assert db.latest_state().protocol.format_version == 1
+    version = db.set_properties({"inlineLimit": "65536"})
+    lines = commit_lines(db, version)
+    assert lines[1] == {"protocol": {"formatVersion": 3}}
+    assert db.latest_state().protocol.format_version == 3
+    db.set_properties({"inlineLimit": "1000"})  # already at 3: no second protocol action
+    assert not any("protocol" in line for line in commit_lines(db, db.version))
+
+
+def test_a_small_append_is_one_commit_and_no_data_object(inlining: mere.Database) -> None:
+    db = inlining
+    before = objects(db)
+    db.table("t").append([{"id": 1, "s": "a"}, {"id": 2, "s": None}])
+    assert objects(db) == before
+    (add,) = [line["add"] for line in commit_lines(db, db.version) if "add" in line]
+    assert isinstance(add, dict)
+    data = base64.b64decode(add["inline"])
+    assert len(data) == add["size"] and data[:4] == b"PAR1"
+    assert rows(db) == [(1, "a"), (2, None)]
+    fresh = mere.connect(db.store, create=False)
+    assert rows(fresh) == [(1, "a"), (2, None)]
+    assert rows(fresh, filter="id = 2") == [(2, None)]
+
+
+def test_a_file_above_the_limit_is_an_object(db: mere.Database) -> None:
+    db.create_table("t", SCHEMA)
+    db.set_properties({"inlineLimit": "2000"})
+    big = pa.table({"id": range(5000), "s": [f"value {i}" for i in range(5000)]}, schema=SCHEMA)
+    db.table("t").append(big)
+    db.table("t").append([{"id": -1, "s": "small"}])
+    assert len(objects(db)) == 1
+    assert db.table("t").scan().num_rows == 5001
+
+
+def test_dml_time_travel_checkpoint_and_sql_over_inlined_files(inlining: mere.Database) -> None:
+    db = inlining
+    t = db.table("t")
+    t.append([{"id": i, "s": str(i)} for i in range(5)])
+    first = db.version
+    t.append([{"id": 5, "s": "5"}])
+    t.delete("id = 1")
+    t.update("id = 2", {"s": "'two'"})
+    source = pa.table({"id": [3, 9], "s": ["three", "nine"]}, schema=SCHEMA)
+    t.merge(
+        source, on="t.id = s.id"
+    ).when_matched_update_all().when_not_matched_insert_all().execute()
+    expected = [(0, "0"), (2, "two"), (3, "three"), (4, "4"), (5, "5"), (9, "nine")]
+    assert rows(db) == expected
+    assert objects(db) == []
+    db.checkpoint()
+    fresh = mere.connect(db.store, create=False)
+    assert rows(fresh) == expected
+    assert sorted(fresh.snapshot(version=first).table("t").scan().column("id").to_pylist()) == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
+    counted = fresh.sql("SELECT count(*) AS n, sum(id) AS total FROM t").to_pylist()
+    assert counted == [{"n": 6, "total": 23}]
+
+
+def test_a_failed_statement_drops_its_inlined_rows(inlining: mere.Database) -> None:
+    db = inlining
+    with db.transaction() as tx:
+        tx.table("t").append([{"id": 1, "s": "kept"}])
+        with pytest.raises(mere.SchemaMismatch):
+            tx.table("t").append(pa.table({"nope": [1]}))
+    assert rows(db) == [(1, "kept")]
+
+
+def test_restore_and_export_carry_inlined_files(inlining: mere.Database, tmp_path: Path) -> None:
+    db = inlining
+    db.table("t").append([{"id": 1, "s": "a"}])
+    old = db.version
+    db.table("t").delete("TRUE")
+    db.restore(old)
+    assert rows(db) == [(1, "a")]
+    result = db.export(tmp_path / "copy")
+    copy = mere.connect(tmp_path / "copy", create=False)
+    assert rows(copy) == [(1, "a")]
+    assert copy.latest_state().protocol.format_version == 3
+    assert result.files == 1
+    assert not os.path.exists(tmp_path / "copy" / "tables")  # nothing to copy: all inlined
+
+
+def test_vacuum_and_check_leave_inlined_files_alone(inlining: mere.Database) -> None:
+    db = inlining
+    db.table("t").append([{"id": 1, "s": "a"}])
+    db.vacuum(retention=timedelta(0), force=True)
+    assert db.check().findings == []
+    assert rows(db) == [(1, "a")]
+
+
+def test_flush_moves_the_same_bytes_to_data_files(inlining: mere.Database) -> None:
+    db = inlining
+    for i in range(3):
+        db.table("t").append([{"id": i, "s": str(i)}])
+    state = db.latest_state()
+    (table_id,) = inlined_bytes(state)
+    inlined = {a.path: a for a in state.tables[table_id].files.values()}
+    version = flush_inlined(db, bound=0)
+    assert version == db.version
+    assert flush_inlined(db, bound=0) is None  # nothing left to move
+    assert inlined_bytes(db.latest_state()) == {}
+    moved = list(db.latest_state().tables[table_id].files.values())
+    assert len(moved) == 3 and all(a.inline is None and not a.data_change for a in moved)
+    assert sorted(
+        db.store.get(db.latest_state().tables[table_id].meta.prefix + a.path) for a in moved
+    ) == sorted(a.inline for a in inlined.values())
+    assert rows(db) == [(0, "0"), (1, "1"), (2, "2")]
+    assert db.history(1)[0]["operation"] == "FLUSH INLINED"
+
+
+def test_a_checkpointing_writer_flushes_past_the_bound(db: mere.Database) -> None:
+    db.create_table("t", SCHEMA)
+    db.set_properties(
+        {"inlineLimit": "65536", "inlineFlushBytes": "1500", "checkpointInterval": "4"}
+    )
+    for i in range(9):
+        db.table("t").append([{"id": i, "s": str(i)}])
+    operations = [h["operation"] for h in db.history()]
+    assert "FLUSH INLINED" in operations
+    assert objects(db)
+    assert rows(db) == [(i, str(i)) for i in range(9)]
+    assert max(inlined_bytes(db.latest_state()).values(), default=0) <= 1500 + 3 * 1000
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1.5", str(2 * 1024 * 1024)])
+def test_invalid_inline_properties_are_refused(db: mere.Database, value: str) -> None:
+    before = db.version
+    with pytest.raises(InvalidArgument, match="inlineLimit"):
+        db.set_properties({"inlineLimit": value})
+    with pytest.raises(InvalidArgument, match="inlineFlushBytes"):
+        db.set_properties({"inlineFlushBytes": "x" + value})
+    assert db.version == before
+
+
+def test_a_reader_of_format_2_refuses_an_inlining_database(
+    inlining: mere.Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = inlining
+    db.table("t").append([{"id": 1, "s": "a"}])
+    monkeypatch.setattr(actions, "FORMAT_VERSION", 2)
+    with pytest.raises(FormatVersionError, match="format version 3"):
+        mere.connect(db.store, create=False).table("t").scan()
+
+
+def _write_commit(db: mere.Database, lines: list[dict[str, object]]) -> None:
+    version = db.version + 1
+    body = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    db.store.put_if_absent(commit_key(version), body)
+
+
+def _inlined_add(db: mere.Database, data: bytes, **overrides: object) -> dict[str, object]:
+    table_id = db.latest_state().table_by_name("t").meta.id  # type: ignore[union-attr]
+    add: dict[str, object] = {
+        "tableId": table_id,
+        "path": "part-0123456789abcdef0123456789abcdef.parquet",
+        "size": len(data),
+        "rows": 1,
+        "modificationTime": 1,
+        "inline": base64.b64encode(data).decode(),
+    }
+    add.update(overrides)
+    return {"add": add}
+
+
+def _info(db: mere.Database) -> dict[str, object]:
+    return {
+        "commitInfo": {
+            "commitId": "x",
+            "timestamp": 2**41,
+            "isolation": "snapshot",
+            "operation": "WRITE",
+            "readVersion": db.version,
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"inline": "not base64!"}, "not base64"),
+        ({"size": 3}, "differ|holds 4 bytes"),
+        ({"path": "file:///elsewhere/x.parquet"}, "absolute"),
+    ],
+)
+def test_a_malformed_inlined_add_is_a_corrupt_log(
+    inlining: mere.Database, overrides: dict[str, object], message: str
+) -> None:
+    db = inlining
+    _write_commit(db, [_info(db), _inlined_add(db, b"PAR1", **overrides)])
+    with pytest.raises(CorruptLog, match=message):
+        mere.connect(db.store, create=False).snapshot()
+
+
+def test_an_inlined_add_below_format_3_is_a_corrupt_log(db: mere.Database) -> None:
+    db.create_table("t", SCHEMA)
+    _write_commit(db, [_info(db), _inlined_add(db, b"PAR1")])
+    with pytest.raises(CorruptLog, match="needs format version 3"):
+        mere.connect(db.store, create=False).snapshot()
