@@ -8,7 +8,8 @@ one run:
 * ``raw put_if_absent 1 KiB``: ``store.put_if_absent`` of a new 1 KiB object,
   one process, one after another -- the floor of one create-only request;
 * ``mere append``: ``db.table("t").append([row])`` -- one transaction, one
-  data file, one commit -- by 1, 4 and 8 writer processes (``forkserver``)
+  data file, one commit; with ``--inline on`` the data file is inlined in the
+  commit (``inlineLimit``) -- by 1, 4 and 8 writer processes (``forkserver``)
   on one database, each appending for a fixed duration. Latency is per
   acknowledged commit, including any lost races and rebases; commits/s is
   the acknowledged commits of all writers over the window.
@@ -96,11 +97,19 @@ def raw_puts(backend: str, endpoint: str, n: int) -> dict[str, Any]:
     return out
 
 
-def request_split(backend: str, endpoint: str, commits: int = 60) -> dict[str, Any]:
-    """Requests per single-row append by one warm client, by operation and kind of object."""
-    store = TimingStore(open_store(backend, endpoint, f"split-{uuid.uuid4().hex[:12]}"))
+def new_database(store: Any, inline: bool) -> mere.Database:
+    """A fresh database with table ``t``; ``inline``: small data files inlined in commits."""
     db = mere.connect(store)
     db.create_table("t", c.BASELINE_SCHEMA)
+    if inline:
+        db.set_properties({"inlineLimit": "65536"})
+    return db
+
+
+def request_split(backend: str, endpoint: str, inline: bool, commits: int = 60) -> dict[str, Any]:
+    """Requests per single-row append by one warm client, by operation and kind of object."""
+    store = TimingStore(open_store(backend, endpoint, f"split-{uuid.uuid4().hex[:12]}"))
+    db = new_database(store, inline)
     db.table("t").append([make_row(0)])  # warm: connections open, the log read once
     store.reset()
     t0 = time.perf_counter()
@@ -188,12 +197,11 @@ def writer(
 
 
 def run_writers(
-    ctx: Any, backend: str, endpoint: str, writers: int, duration: float
+    ctx: Any, backend: str, endpoint: str, writers: int, duration: float, inline: bool
 ) -> dict[str, Any]:
     """``writers`` processes appending to one fresh database; figures and checks."""
     prefix = f"w{writers}-{uuid.uuid4().hex[:12]}"
-    db = mere.connect(open_store(backend, endpoint, prefix))
-    db.create_table("t", c.BASELINE_SCHEMA)
+    db = new_database(open_store(backend, endpoint, prefix), inline)
     start_version = db.version
     db.close()
 
@@ -259,6 +267,7 @@ def run_writers(
     }
     return {
         "writers": writers,
+        "inline": inline,
         "duration_s": window,
         "commits": commits,
         "commits_per_second": commits / window,
@@ -282,6 +291,13 @@ def main() -> None:
     parser.add_argument("--writers", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--backends", nargs="+", default=["s3", "azure"], choices=["s3", "azure"])
     parser.add_argument("--start-method", default="forkserver", choices=["spawn", "forkserver"])
+    parser.add_argument(
+        "--inline",
+        nargs="+",
+        default=["off", "on"],
+        choices=["off", "on"],
+        help="data files stored as objects (off) and/or inlined in commits (on)",
+    )
     parser.add_argument("--json", default=None, help="results path (default benchmarks/results)")
     args = parser.parse_args()
 
@@ -306,23 +322,31 @@ def main() -> None:
                 f"p99 {raw['p99_ms']:.2f} ms  (n={raw['n']})",
                 flush=True,
             )
-            split = request_split(backend, server.endpoint)
-            print(
-                f"  requests per commit: {split['requests_per_commit']:.2f} "
-                f"({split['request_ms_per_commit']:.1f} ms of {split['ms_per_commit']:.1f} ms): "
-                + ", ".join(
-                    f"{name} x{v['calls']:.2f} {v['ms']:.1f} ms"
-                    for name, v in split["by_request"].items()
-                ),
-                flush=True,
-            )
+            splits = {}
+            for mode in args.inline:
+                split = request_split(backend, server.endpoint, mode == "on")
+                splits[mode] = split
+                print(
+                    f"  requests per commit, inline {mode}: {split['requests_per_commit']:.2f} "
+                    f"({split['request_ms_per_commit']:.1f} ms of {split['ms_per_commit']:.1f} "
+                    "ms): "
+                    + ", ".join(
+                        f"{name} x{v['calls']:.2f} {v['ms']:.1f} ms"
+                        for name, v in split["by_request"].items()
+                    ),
+                    flush=True,
+                )
             runs = []
             for w in args.writers:
-                run = run_writers(ctx, backend, server.endpoint, w, args.duration)
+                for mode in args.inline:
+                    run = run_writers(ctx, backend, server.endpoint, w, args.duration, mode == "on")
+                    runs.append(run)
+            for run in runs:
+                w, mode = run["writers"], "on" if run["inline"] else "off"
                 lat = run["latency"]
                 ok = all(run["checks"].values())
                 print(
-                    f"  {w} writer(s): {run['commits']} commits, "
+                    f"  {w} writer(s), inline {mode}: {run['commits']} commits, "
                     f"{run['commits_per_second']:.1f}/s, p50 {lat['p50_ms']:.1f} ms, "
                     f"p99 {lat['p99_ms']:.1f} ms, lost races {run['lost_races']}, "
                     f"conflicts {len(run['conflicts'])}, errors {len(run['errors'])}, "
@@ -330,11 +354,10 @@ def main() -> None:
                     f"checks {'ok' if ok else run['checks']}",
                     flush=True,
                 )
-                runs.append(run)
             results[backend] = {
                 "server": name,
                 "raw_put_if_absent_1KiB": raw,
-                "requests_per_commit": split,
+                "requests_per_commit": splits,
                 "writers": runs,
             }
             rows = [
@@ -352,7 +375,7 @@ def main() -> None:
             for run in runs:
                 rows.append(
                     [
-                        "mere append (1 row)",
+                        "mere append (1 row, inlined)" if run["inline"] else "mere append (1 row)",
                         run["writers"],
                         run["commits"],
                         run["commits_per_second"],
@@ -393,7 +416,7 @@ def main() -> None:
     )
     print(f"\nresults: {out}")
     failed = [
-        (b, r["writers"])
+        (b, r["writers"], r["inline"])
         for b, v in results.items()
         for r in v["writers"]
         if not all(r["checks"].values()) or r["conflicts"] or r["errors"]
