@@ -18,11 +18,18 @@ import click
 from mere.cli.common import CliError, cli, json_option, one_line, wants_json
 from mere.cli.output import console, emit_json
 from mere.errors import MereError
+from mere.properties import MAX_INLINE_LIMIT
 from mere.txn.conflicts import conflict_detection_disabled
 from mere.verify.checker import ISOLATION_LEVELS
 from mere.verify.client import FAULTS
 from mere.verify.report import print_summary, write_json
-from mere.verify.runner import DEFAULT_TIME_LIMIT, MAX_RUN_SECONDS, RunConfig, run
+from mere.verify.runner import (
+    DEFAULT_TIME_LIMIT,
+    DEFAULT_VERIFY_FLUSH_BYTES,
+    MAX_RUN_SECONDS,
+    RunConfig,
+    run,
+)
 from mere.verify.workloads import WORKLOADS
 
 #: Exit status of a run whose history holds an anomaly the isolation level forbids.
@@ -98,6 +105,32 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str | None) -> tu
     "fault-injecting proxy in front of a cloud store's plain-http endpoint (an emulator); "
     "it is skipped on a local store and refused for an https endpoint.",
 )
+@click.option(
+    "--inline-limit",
+    type=click.IntRange(0, MAX_INLINE_LIMIT),
+    default=0,
+    show_default=True,
+    metavar="BYTES",
+    help="Inline data files of at most BYTES in their commit (the database property "
+    "inlineLimit; 0: off). Checkpoints then come every 10 commits unless "
+    "--checkpoint-interval says otherwise, so that inlined files are flushed during the run.",
+)
+@click.option(
+    "--inline-flush-bytes",
+    type=click.IntRange(min=0),
+    default=DEFAULT_VERIFY_FLUSH_BYTES,
+    show_default=True,
+    metavar="BYTES",
+    help="With --inline-limit: a checkpoint moves a table's inlined files to data files "
+    "once they pass BYTES (the property inlineFlushBytes).",
+)
+@click.option(
+    "--checkpoint-interval",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="A checkpoint every N commits (default 10 with --inline-limit, else the database's).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds every random choice.")
 @click.option(
     "--report",
@@ -120,6 +153,9 @@ def verify(
     tables: int,
     isolation: str,
     faults: tuple[str, ...],
+    inline_limit: int,
+    inline_flush_bytes: int,
+    checkpoint_interval: int | None,
     seed: int,
     report_path: str | None,
     as_json: bool,
@@ -150,6 +186,9 @@ def verify(
         tables=tables,
         isolation=isolation,
         faults=faults,
+        inline_limit=inline_limit,
+        inline_flush_bytes=inline_flush_bytes,
+        checkpoint_interval=checkpoint_interval,
         seed=seed,
         unsafe_disable_conflict_detection=conflict_detection_disabled(),
     )

@@ -56,7 +56,13 @@ def summary(result: RunResult) -> RenderableType:
         f"({outcomes.get('info-committed', 0)} committed, "
         f"{outcomes.get('info-aborted', 0)} aborted per the log)",
     )
-    run.add_row("log", f"{check.latest_version + 1} versions")
+    log = f"{check.latest_version + 1} versions"
+    if config.inline_limit:
+        log += (
+            f"; data files up to {config.inline_limit} bytes inlined, "
+            f"{len(result.rearranged_versions)} flushes of inlined files"
+        )
+    run.add_row("log", log)
     graph = check.graph
     run.add_row(
         "dependencies",

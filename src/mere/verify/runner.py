@@ -5,7 +5,11 @@ The parent process:
 1. refuses ``memory://`` (a memory store lives in one process, so the
    clients would each see their own empty database) and any location that
    already holds a database (verify writes test tables and commits);
-2. creates the database and the workload's tables in one commit;
+2. creates the database and the workload's tables in one commit; with
+   ``inline_limit`` it first turns inlined data files on (the database
+   properties ``inlineLimit``, ``inlineFlushBytes`` and a short
+   ``checkpointInterval``), so that the clients' small writes land in the log
+   and the checkpointing client moves them out to data files during the run;
 3. starts ``processes`` clients as fresh interpreters, never by forking the
    parent (a forked child would inherit its threads, locks and caches): with
    the ``forkserver`` start method where there is one (a server started like
@@ -48,6 +52,12 @@ from mere.errors import (
 )
 from mere.log.keys import LATEST_HINT
 from mere.log.log import Log
+from mere.properties import (
+    CHECKPOINT_INTERVAL_PROPERTY,
+    INLINE_FLUSH_PROPERTY,
+    INLINE_LIMIT_PROPERTY,
+    MAX_INLINE_LIMIT,
+)
 from mere.storage import ObjectStore, open_store
 from mere.verify.checker import ISOLATION_LEVELS, CheckResult, check
 from mere.verify.client import CLIENT_FAULTS, FAULTS, ClientSpec, client_main
@@ -90,6 +100,11 @@ _ENDPOINT_VARIABLES = {
     "azure": ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT"),
     "gcs": ("GOOGLE_BASE_URL",),
 }
+#: With inlining on: the inlined bytes a table keeps before a checkpoint flushes them (small,
+#: so that flushes happen during a run: a one-row list-append file is about 600 bytes).
+DEFAULT_VERIFY_FLUSH_BYTES = 16 * 1024
+#: With inlining on: a checkpoint (and with it a possible flush) every this many commits.
+DEFAULT_VERIFY_CHECKPOINT_INTERVAL = 10
 _AZURITE_URL = "AZURITE_BLOB_STORAGE_URL"
 _AZURITE_DEFAULT = "http://127.0.0.1:10000"
 
@@ -112,6 +127,12 @@ class RunConfig:
     workdir: str | None = None
     time_limit: float = DEFAULT_TIME_LIMIT
     """With ``transactions``: give up (an error) when the clients are not done after this."""
+    inline_limit: int = 0
+    """Data files of at most this many bytes are inlined in their commit (0: off)."""
+    inline_flush_bytes: int = DEFAULT_VERIFY_FLUSH_BYTES
+    """With inlining: a table's inlined bytes past this are flushed at a checkpoint."""
+    checkpoint_interval: int | None = None
+    """A checkpoint every this many commits (None: 10 with inlining, else the default)."""
     unsafe_disable_conflict_detection: bool = False
     """Test-only: clients run with conflict detection off, a deliberately broken mere.
 
@@ -142,6 +163,12 @@ class RunConfig:
             raise VerifyError(f"the time limit must be in (0, {MAX_RUN_SECONDS:g}] seconds")
         if self.transactions is not None and self.transactions < 1:
             raise VerifyError("the transaction count must be at least 1")
+        if not (0 <= self.inline_limit <= MAX_INLINE_LIMIT):
+            raise VerifyError(f"the inline limit must be in [0, {MAX_INLINE_LIMIT}] bytes")
+        if self.inline_flush_bytes < 0:
+            raise VerifyError("the inline flush bound cannot be negative")
+        if self.checkpoint_interval is not None and self.checkpoint_interval < 1:
+            raise VerifyError("the checkpoint interval must be at least 1")
         try:
             self.make_workload()
         except ValueError as exc:
@@ -149,6 +176,18 @@ class RunConfig:
 
     def make_workload(self) -> Workload:
         return Workload(self.workload, self.tables, self.keys, self.max_ops)
+
+    def database_properties(self) -> dict[str, str]:
+        """The properties the run sets before its setup commit (none by default)."""
+        properties: dict[str, str] = {}
+        interval = self.checkpoint_interval
+        if self.inline_limit:
+            properties[INLINE_LIMIT_PROPERTY] = str(self.inline_limit)
+            properties[INLINE_FLUSH_PROPERTY] = str(self.inline_flush_bytes)
+            interval = interval or DEFAULT_VERIFY_CHECKPOINT_INTERVAL
+        if interval is not None:
+            properties[CHECKPOINT_INTERVAL_PROPERTY] = str(interval)
+        return properties
 
 
 def http_rules(backend: str) -> list[tuple[str, Fault]]:
@@ -263,6 +302,8 @@ class RunResult:
     client_crashes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """Remarks about the run, such as a fault kind that was skipped and why."""
+    rearranged_versions: list[int] = field(default_factory=list)
+    """Versions that only moved rows to new files (flushes of inlined files)."""
 
     @property
     def valid(self) -> bool:
@@ -280,6 +321,7 @@ class RunResult:
             "faults_fired": self.faults,
             "client_crashes": self.client_crashes,
             "notes": self.notes,
+            "rearranged_versions": self.rearranged_versions,
             "check": self.result.to_json(),
         }
         if history:
@@ -471,6 +513,10 @@ def run(config: RunConfig, progress: Callable[[str], None] | None = None) -> Run
         )
     workload = config.make_workload()
     db = connect(store)
+    properties = config.database_properties()
+    if properties:
+        db.set_properties(properties)
+        say("database properties: " + ", ".join(f"{k}={v}" for k, v in properties.items()))
     setup_version = workload.setup(db)
     say(f"created {len(workload.table_names)} tables at version {setup_version}")
     own_workdir = config.workdir is None
@@ -517,6 +563,7 @@ def run(config: RunConfig, progress: Callable[[str], None] | None = None) -> Run
         elapsed=elapsed,
         client_crashes=parent.crashes + history.crashes,
         notes=notes,
+        rearranged_versions=list(truth.rearranged),
     )
 
 

@@ -33,6 +33,7 @@ Key = tuple[str, int]  # (table name, k)
 #: The transaction id of the setup commit (app transaction ``verify/p0``, version 0).
 SETUP_TXN = "p0:0"
 State = tuple[int, ...]
+Row = tuple[int, int, int]  # k, v, balance
 
 #: Commits read and applied per batch while replaying the log.
 _BATCH = 256
@@ -78,6 +79,9 @@ class LogTruth:
     duplicate_keys: dict[int, list[str]] = field(default_factory=dict)
     #: versions touching the workload's tables with no verify app transaction.
     unclaimed_versions: list[int] = field(default_factory=list)
+    #: versions that only moved rows to other files (``dataChange=false``: a flush of
+    #: inlined files) and left every key's state as it was.
+    rearranged: list[int] = field(default_factory=list)
 
     def state_at(self, key: Key, version: int) -> State:
         """The key's state at ``version`` (empty before its first state)."""
@@ -166,7 +170,7 @@ def read_truth(store: ObjectStore, workload: Workload) -> LogTruth:
     truth = LogTruth(latest=latest)
     names = set(workload.table_names)
     ordered = workload.ordered
-    rows_of: dict[tuple[str, str], list[tuple[int, int, int]]] = {}  # (table id, path) -> rows
+    rows_of: dict[tuple[str, str], list[Row]] = {}  # (table id, path) -> rows
     live: dict[Key, dict[tuple[str, str], None]] = {}  # key -> live files holding it, in order
     balances: dict[Key, int] = {}
     columns = ["k", "v", "balance"] if workload.name == "bank" else ["k", "v"]
@@ -185,7 +189,11 @@ def read_truth(store: ObjectStore, workload: Workload) -> LogTruth:
                 if process is not None:
                     writer = f"p{process}:{a.version}"
         truth.record_commit(version, writer, commit.info.is_blind_append)
+        rearranged = _is_rearrangement(commit)
         touched: set[Key] = set()
+        # (table id, rows) -> files removed; (table name, file id) of the adds, in commit order
+        removed: dict[tuple[str, tuple[Row, ...]], list[tuple[str, str]]] = {}
+        added: list[tuple[str, tuple[str, str]]] = []
         for a in commit.actions:
             if not isinstance(a, AddFile | RemoveFile):
                 continue
@@ -202,21 +210,40 @@ def read_truth(store: ObjectStore, workload: Workload) -> LogTruth:
                     (k, v, b_col[i] if b_col is not None else 0)
                     for i, (k, v) in enumerate(zip(k_col, v_col, strict=True))
                 ]
-                for k in dict.fromkeys(k_col):
-                    live.setdefault((table.meta.name, k), {})[file_id] = None
-                    touched.add((table.meta.name, k))
+                added.append((table.meta.name, file_id))
             else:
-                for k in dict.fromkeys(r[0] for r in rows_of.get(file_id, ())):
-                    live.get((table.meta.name, k), {}).pop(file_id, None)
+                rows = rows_of.get(file_id, [])
+                removed.setdefault((a.table_id, tuple(rows)), []).append(file_id)
+                for k in dict.fromkeys(r[0] for r in rows):
                     touched.add((table.meta.name, k))
-        if touched and writer is None:
-            truth.unclaimed_versions.append(version)
+        for name, file_id in added:
+            rows = rows_of[file_id]
+            twins = removed.get((file_id[0], tuple(rows)), []) if rearranged else []
+            twin = twins.pop(0) if twins else None
+            for k in dict.fromkeys(r[0] for r in rows):
+                files = live.setdefault((name, k), {})
+                if twin is not None and twin in files:
+                    # The same rows under a new path (a flush of inlined files): the file
+                    # takes the place of its twin, so the key's append order is kept.
+                    live[(name, k)] = {file_id if f == twin else f: None for f in files}
+                else:
+                    files[file_id] = None
+                touched.add((name, k))
+        for (_, removed_rows), gone in removed.items():
+            for file_id in gone:
+                name = before.tables[file_id[0]].meta.name
+                for k in dict.fromkeys(r[0] for r in removed_rows):
+                    live.get((name, k), {}).pop(file_id, None)
         states: dict[Key, State] = {}
         for key in touched:
             rows = [r for f in live.get(key, {}) for r in rows_of[f] if r[0] == key[1]]
             values = [r[1] for r in rows]
             states[key] = tuple(values) if ordered else tuple(sorted(values))
             balances[key] = sum(r[2] for r in rows)
+        if rearranged and all(s == truth.state_at(k, version - 1) for k, s in states.items()):
+            truth.rearranged.append(version)  # moved rows without changing any: nobody's claim
+        elif touched and writer is None:
+            truth.unclaimed_versions.append(version)
         if workload.keyed:
             doubled = sorted(key_name(k) for k, s in states.items() if len(s) > 1)
             if doubled:
@@ -228,6 +255,12 @@ def read_truth(store: ObjectStore, workload: Workload) -> LogTruth:
                 truth.bad_totals[version] = total
     truth.finish(workload.keys_of(latest))
     return truth
+
+
+def _is_rearrangement(commit: Commit) -> bool:
+    """Whether every add and remove of ``commit`` says ``dataChange=false`` (and it has some)."""
+    files = [a for a in commit.actions if isinstance(a, AddFile | RemoveFile)]
+    return bool(files) and not any(a.data_change for a in files)
 
 
 def _commits(log: Log, latest: int) -> Iterator[Commit]:
