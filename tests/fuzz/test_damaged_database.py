@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import mere
+from mere.log.actions import FORMAT_VERSION
 from mere.log.checkpoint import encode_checkpoint
 from mere.log.keys import CHECKPOINT_HINT, LATEST_HINT, checkpoint_key, commit_key
 from mere.storage import LocalStore
@@ -114,19 +115,23 @@ def test_a_stray_future_commit_name_is_ignored_only_while_the_hint_is_good(root:
 # --- format versions ------------------------------------------------------------------------
 
 
+#: A format version this mere does not read.
+NEWER = FORMAT_VERSION + 1
+
+
 def test_a_newer_format_in_version_0_refuses_the_database(root: Path) -> None:
     path = root / commit_key(0)
-    text = path.read_text().replace('"formatVersion":1', '"formatVersion":3')
+    text = path.read_text().replace('"formatVersion":1', f'"formatVersion":{NEWER}')
     path.unlink()
     path.write_text(text)
-    with pytest.raises(mere.FormatVersionError, match="format version 3"):
+    with pytest.raises(mere.FormatVersionError, match=f"format version {NEWER}"):
         _ = mere.connect(str(root), create=False).version
 
 
 def test_a_newer_format_in_a_later_commit_refuses_it_and_what_follows(root: Path) -> None:
     latest = COMMITS + 1
     lines = (root / commit_key(latest)).read_text().splitlines()
-    lines.insert(1, json.dumps({"protocol": {"formatVersion": 3}}))
+    lines.insert(1, json.dumps({"protocol": {"formatVersion": NEWER}}))
     LocalStore(str(root)).put_if_absent(commit_key(latest + 1), ("\n".join(lines) + "\n").encode())
     with pytest.raises(mere.FormatVersionError):
         xs(root)
@@ -138,7 +143,7 @@ def test_a_newer_checkpoint_format_is_refused(root: Path) -> None:
     state = db.state_at(5)
     raw = encode_checkpoint(5, state.timestamp, list(state.live_actions()))
     table = pq.read_table(pa.BufferReader(raw))
-    metadata = {**table.schema.metadata, b"mere.formatVersion": b"3"}
+    metadata = {**table.schema.metadata, b"mere.formatVersion": str(NEWER).encode()}
     sink = pa.BufferOutputStream()
     pq.write_table(table.replace_schema_metadata(metadata), sink)
     LocalStore(str(root)).put_if_absent(checkpoint_key(5), bytes(sink.getvalue()))

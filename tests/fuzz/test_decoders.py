@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 import mere
 from mere.errors import CorruptLog, FormatVersionError, MereError
 from mere.log.actions import (
+    FORMAT_VERSION,
     AddFile,
     AppTxn,
     CommitInfo,
@@ -71,6 +72,16 @@ ACTIONS: list[Any] = [
     RemoveFile(TABLE_ID, "p=DE/part-1.parquet", 1_700_000_000_002, True, 10, 2),
     DropTable("fedcba9876543210fedcba9876543210", "gone"),
     AppTxn("app", 3, 1_700_000_000_003),
+    AddFile(  # an inlined file (format version 3): its bytes travel in the commit
+        TABLE_ID,
+        "p=FR/part-11111111111111111111111111111111.parquet",
+        7,
+        1,
+        {"p": "FR"},
+        None,
+        1_700_000_000_001,
+        inline=b"PAR1\x00\xffx",
+    ),
 ]
 INFO = CommitInfo("c" * 32, 1_700_000_000_004, 6, "serializable", "TRANSACTION")
 VALID = encode_commit(INFO, ACTIONS)
@@ -225,7 +236,7 @@ def test_hostile_schemas_are_corrupt(schema: dict[str, Any]) -> None:
 
 
 def test_a_newer_protocol_is_a_format_version_error() -> None:
-    lines = [action_to_json(INFO), {"protocol": {"formatVersion": 3}}]
+    lines = [action_to_json(INFO), {"protocol": {"formatVersion": FORMAT_VERSION + 1}}]
     with pytest.raises(FormatVersionError):
         decode_commit(KEY, 0, "".join(json.dumps(o) + "\n" for o in lines).encode())
 
@@ -308,7 +319,11 @@ def test_checkpoints_with_random_rows_are_rejected_cleanly(
 
 
 def test_a_newer_checkpoint_format_is_a_format_version_error() -> None:
-    meta = {b"mere.version": b"7", b"mere.timestamp": b"1", b"mere.formatVersion": b"3"}
+    meta = {
+        b"mere.version": b"7",
+        b"mere.timestamp": b"1",
+        b"mere.formatVersion": str(FORMAT_VERSION + 1).encode(),
+    }
     with pytest.raises(FormatVersionError):
         decode_checkpoint(CKPT, _checkpoint_bytes([], meta))
 
