@@ -270,3 +270,99 @@ def test_a_merge_publishing_files_still_meets_keys_held_elsewhere(uri: str) -> N
         .execute()
     )
     assert moved.num_target_rows_updated == 1
+
+
+# --- probing many files at once, and the files a transaction wrote -------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 3000), min_size=1, max_size=12),
+    budget=st.integers(2_000, 60_000),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_probing_the_cached_filters_at_once_agrees_with_each_filter(
+    sizes: list[int], budget: int, seed: int
+) -> None:
+    """The arena keeps every cached filter intact through moves and evictions."""
+    rng = np.random.default_rng(seed)
+    cache = keyfilter.FilterCache(max_bytes=budget)
+    store = mere.connect(f"memory://probe-{uuid.uuid4().hex}").store
+    built: dict[str, tuple[KeyFilter, pa.Table]] = {}
+    for i, n in enumerate(sizes):
+        keys = pa.table({"k": rng.integers(-(2**62), 2**62, n)})
+        flt = KeyFilter.build(SIG if i % 5 else [["k", "int"]], key_hashes(keys))
+        built[f"f{i}"] = (flt, keys)
+        cache.put(store, f"f{i}", flt)
+    names = [*built, "absent"]
+    held = pa.concat_tables([k for _, k in built.values()])
+    for wanted in (
+        pa.table({"k": rng.integers(-(2**62), 2**62, 500)}),  # absent keys
+        held.take(rng.integers(0, held.num_rows, 3)),  # some a file holds
+    ):
+        probe = Probe.of(key_hashes(wanted))
+        status, unsaved = cache.probe(store, names, SIG, probe)
+        assert not unsaved
+        for name, state in zip(names, status.tolist(), strict=True):
+            cached = name in built and cache.get(store, name) is not None
+            if not cached or built[name][0].signature != SIG:
+                assert state == -1
+            else:
+                assert state == int(built[name][0].may_contain(probe).any())
+        for name, (flt, keys) in built.items():  # what stays cached is the filter put
+            found = cache.get(store, name)
+            if found is not None:
+                assert (found[0].words == flt.words).all()
+                assert found[0].may_contain(Probe.of(key_hashes(keys))).all()
+
+
+def test_a_keyed_append_reads_back_no_file_it_writes(
+    uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its keys are checked from memory, its filter built from them; a commit that wins
+    its race works out no inserted keys at all."""
+    db = keyed(uri, files=4, per=200)
+    prefix = f"tables/{db.table('t').describe()['id']}/"
+    opened = data_reads(db, monkeypatch)
+    before = {f.path for f in db.snapshot().table("t").files}
+    new = [1, 3, 5, 799]
+    db.table("t").append(pa.table({"id": new, "v": ["n"] * 4}, schema=SCHEMA))
+    (written,) = {f.path for f in db.snapshot().table("t").files} - before
+    assert prefix + written not in opened
+    assert len(set(opened)) <= 1, opened  # a false positive of a filter at most
+    opened.clear()
+    with pytest.raises(mere.DuplicateKey, match=r"\(3\)"):  # the filter built from memory
+        db.table("t").append(pa.table({"id": [7, 3], "v": ["a", "b"]}, schema=SCHEMA))
+    assert prefix + written in opened  # read because its filter holds 3
+    with db.transaction() as tx:
+        tx.table("t").append(pa.table({"id": [9], "v": ["x"]}, schema=SCHEMA))
+        opened.clear()
+    assert opened == []  # the commit read nothing
+
+
+def test_keys_held_in_memory_follow_savepoints_and_rewrites(uri: str) -> None:
+    db = keyed(uri, files=2, per=50)
+
+    def one(key: int, v: str = "x") -> pa.Table:
+        return pa.table({"id": [key], "v": [v]}, schema=SCHEMA)
+
+    with db.transaction() as tx:
+        t = tx.table("t")
+        t.append(one(1001))
+        with pytest.raises(mere.DuplicateKey, match=r"\(1001\)"):
+            with tx.savepoint():
+                t.append(one(1003))
+                t.append(one(1001, "again"))
+        t.append(one(1003))  # rolled back above: free again
+        t.update("id = 1001", {"id": 1005})  # rewrites the file this transaction wrote
+        t.append(one(1001, "back"))
+        with pytest.raises(mere.DuplicateKey, match=r"\(1005\)"):
+            t.append(one(1005))
+        with pytest.raises(mere.DuplicateKey, match=r"\(0\)"):
+            t.append(one(0))  # a committed key
+    got = db.table("t").scan(filter="id > 1000").sort_by("id").to_pylist()
+    assert got == [
+        {"id": 1001, "v": "back"},
+        {"id": 1003, "v": "x"},
+        {"id": 1005, "v": "x"},
+    ]

@@ -258,44 +258,172 @@ def data_key_of(key: str) -> str:
     return key[: -len(SUFFIX)] if key.endswith(SUFFIX) else key
 
 
+@dataclass
+class _Entry:
+    offset: int  # first block in the arena
+    blocks: int
+    rows: int
+    signature: list[list[str]]
+    saved: bool
+
+
 class FilterCache:
     """Filters this process has read or built, by (store, object key); bounded by bytes.
 
     Sidecars never change once written, so an entry never goes stale. An
     entry built for a file not yet committed is *unsaved*: its sidecar is
     written when a check first meets the file committed (:func:`load`).
+
+    Every filter's blocks live in one *arena* (an array of blocks, filled in
+    order), so :meth:`probe` tests a set of keys against many files' filters in
+    a few numpy operations instead of a call per file. A region of the arena is
+    never written again once filled (the :class:`KeyFilter` views handed out
+    stay valid); when the arena is full its live entries move to a new one,
+    twice as large as they need.
     """
 
     def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, str], tuple[KeyFilter, bool]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
         self._bytes = 0
+        self._arena = np.zeros((0, 8), dtype=np.uint32)
+        self._used = 0  # blocks of the arena filled (live or not)
         self._lock = threading.Lock()
 
     def get(self, store: ObjectStore, key: str) -> tuple[KeyFilter, bool] | None:
         """The filter and whether its sidecar exists (None: not cached)."""
         with self._lock:
-            found = self._entries.get((store.uri, key))
-            if found is not None:
-                self._entries.move_to_end((store.uri, key))
-            return found
+            entry = self._entries.get((store.uri, key))
+            if entry is None:
+                return None
+            self._entries.move_to_end((store.uri, key))
+            return self._filter(entry), entry.saved
+
+    def _filter(self, entry: _Entry) -> KeyFilter:
+        words = self._arena[entry.offset : entry.offset + entry.blocks]
+        return KeyFilter(entry.signature, entry.rows, words)
 
     def put(self, store: ObjectStore, key: str, flt: KeyFilter, *, saved: bool = True) -> None:
         with self._lock:
             old = self._entries.pop((store.uri, key), None)
-            self._bytes -= old[0].nbytes if old is not None else 0
+            self._bytes -= old.blocks * 32 if old is not None else 0
             if flt.nbytes > self.max_bytes:
                 return
-            self._entries[(store.uri, key)] = (flt, saved)
+            blocks = len(flt.words)
+            if self._used + blocks > len(self._arena):
+                self._move(blocks)
+            self._arena[self._used : self._used + blocks] = flt.words
+            self._entries[(store.uri, key)] = _Entry(
+                self._used, blocks, flt.rows, flt.signature, saved
+            )
+            self._used += blocks
             self._bytes += flt.nbytes
             while self._bytes > self.max_bytes:
-                _, (dropped, _saved) = self._entries.popitem(last=False)
-                self._bytes -= dropped.nbytes
+                _, dropped = self._entries.popitem(last=False)
+                self._bytes -= dropped.blocks * 32
+
+    def _move(self, more: int) -> None:
+        """Move the live entries to a new arena with room for ``more`` blocks, and as many again."""
+        live = self._bytes // 32
+        arena = np.zeros((max(1024, 2 * (live + more)), 8), dtype=np.uint32)
+        used = 0
+        for entry in self._entries.values():
+            arena[used : used + entry.blocks] = self._arena[
+                entry.offset : entry.offset + entry.blocks
+            ]
+            entry.offset = used
+            used += entry.blocks
+        self._arena, self._used = arena, used
+
+    def mark_saved(self, store: ObjectStore, key: str) -> None:
+        with self._lock:
+            entry = self._entries.get((store.uri, key))
+            if entry is not None:
+                entry.saved = True
+
+    def probe(
+        self,
+        store: ObjectStore,
+        keys: Sequence[str],
+        signature: list[list[str]],
+        probe: Probe,
+    ) -> tuple[np.ndarray, list[int]]:
+        """Test ``probe``'s keys against the cached filters of the objects ``keys``, at once.
+
+        Returns, per object, 1 if its filter may hold one of the keys, 0 if it
+        holds none, -1 if no filter of ``signature`` is cached; and the indices
+        of the objects whose cached filter is unsaved.
+        """
+        status = np.full(len(keys), -1, dtype=np.int8)
+        unsaved: list[int] = []
+        with self._lock:
+            offsets: list[int] = []
+            counts: list[int] = []
+            known: list[int] = []
+            for i, key in enumerate(keys):
+                entry = self._entries.get((store.uri, key))
+                if entry is None or entry.signature != signature:
+                    continue
+                self._entries.move_to_end((store.uri, key))
+                if not entry.saved:
+                    unsaved.append(i)
+                known.append(i)
+                offsets.append(entry.offset)
+                counts.append(entry.blocks)
+            if known and len(probe):
+                hits = _probe_blocks(self._arena, offsets, counts, probe)
+                status[known] = hits
+            elif known:
+                status[known] = 0
+        return status, unsaved
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+            self._arena = np.zeros((0, 8), dtype=np.uint32)
+            self._used = 0
+
+
+#: (filters x keys) pairs tested per numpy step of :func:`_probe_blocks` (bounds its memory).
+PROBE_PAIRS = 1 << 20
+
+
+def _probe_blocks(
+    arena: np.ndarray, offsets: Sequence[int], counts: Sequence[int], probe: Probe
+) -> np.ndarray:
+    """Per filter (the blocks ``offsets[i]`` to ``offsets[i] + counts[i]`` of the arena): 1 if
+    it may hold one of ``probe``'s keys, else 0.
+
+    The arena and the masks are read as 64-bit words (two 32-bit words each): the
+    first is tested for every (filter, key) pair, which rules out all but about
+    2% of the pairs of absent keys, and the other three only for those left.
+    """
+    wide = arena.view(np.uint64)  # (blocks x 4)
+    flat = wide.reshape(-1)
+    masks = np.ascontiguousarray(probe.masks).view(np.uint64)  # (keys x 4)
+    first = masks[:, 0]
+    n = len(probe)
+    out = np.zeros(len(offsets), dtype=np.int8)
+    per = max(1, PROBE_PAIRS // n)
+    for start in range(0, len(offsets), per):
+        count = np.asarray(counts[start : start + per], dtype=np.uint64)
+        offset = np.asarray(offsets[start : start + per], dtype=np.uint64)
+        index = np.multiply.outer(count, probe.selectors)
+        index >>= np.uint64(32)  # each key's block in each filter
+        index += offset[:, None]
+        index <<= np.uint64(2)  # its first 64-bit word in the arena
+        where = index.view(np.int64).reshape(-1)
+        words = np.take(flat, where).reshape(len(count), n)
+        words &= first
+        maybe = np.flatnonzero(words == first)
+        if len(maybe) == 0:
+            continue
+        rest = np.take(flat, where[maybe][:, None] + np.arange(1, 4))
+        wanted = masks[maybe % n, 1:]
+        held = ((rest & wanted) == wanted).all(axis=1)
+        out[start + maybe[held] // n] = 1
+    return out
 
 
 #: The process's filters.
@@ -322,10 +450,32 @@ def load(store: ObjectStore, data_key: str) -> KeyFilter | None:
     return flt
 
 
-def remember(store: ObjectStore, data_key: str, flt: KeyFilter) -> None:
-    """Cache the filter of a file not committed yet (its sidecar is written by :func:`load`)."""
+def remember(store: ObjectStore, data_key: str, flt: KeyFilter, *, sidecar: bool = True) -> None:
+    """Cache the filter of a file not committed yet.
+
+    Its sidecar is written when a check first meets the file committed
+    (:func:`load`, :func:`probe`), unless ``sidecar`` is False (an inlined
+    file: no object, so nothing may be written beside it).
+    """
     if CACHE.get(store, data_key) is None:
-        CACHE.put(store, data_key, flt, saved=False)
+        CACHE.put(store, data_key, flt, saved=not sidecar)
+
+
+def probe(
+    store: ObjectStore, data_keys: Sequence[str], signature: list[list[str]], keys: Probe
+) -> np.ndarray:
+    """Test ``keys`` against the cached filters of committed data files, all at once.
+
+    Returns per file 1 (its filter may hold one of the keys), 0 (it holds
+    none) or -1 (no filter of ``signature`` is cached: ask :func:`load`).
+    Filters cached unsaved get their sidecars written, as :func:`load` does.
+    """
+    status, unsaved = CACHE.probe(store, data_keys, signature, keys)
+    for i in unsaved:
+        found = CACHE.get(store, data_keys[i])
+        if found is not None:
+            save(store, data_keys[i], found[0])
+    return status
 
 
 def known(store: ObjectStore, data_key: str) -> bool:
@@ -343,7 +493,10 @@ def save(store: ObjectStore, data_key: str, flt: KeyFilter) -> None:
     torn by a crash does not decode and is ignored. A store that refuses the
     write leaves the file without one; checks stay correct either way.
     """
-    CACHE.put(store, data_key, flt)
+    if CACHE.get(store, data_key) is None:
+        CACHE.put(store, data_key, flt)
+    else:
+        CACHE.mark_saved(store, data_key)
     if flt.rows < MIN_SIDECAR_ROWS:
         return
     try:
@@ -364,6 +517,7 @@ __all__ = [
     "key_hashes",
     "known",
     "load",
+    "probe",
     "remember",
     "save",
     "sidecar_key",

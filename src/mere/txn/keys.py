@@ -21,10 +21,11 @@ next check in this process reads none of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -32,13 +33,38 @@ from mere import expr as sqlexpr
 from mere.constraints import primary_key
 from mere.data import keyfilter
 from mere.errors import DuplicateKey, InvalidExpression
+from mere.expr.ast import referenced_columns
 from mere.log.actions import AddFile, TableMeta, is_external_path
+from mere.log.columns import PATH
 from mere.schema import physical_name
+from mere.snapshot.files import LiveFiles
+from mere.snapshot.planning import select_files, table_facts
 from mere.snapshot.scan import READ_THREADS, ScanPlan, plan_scan, scan_files
+from mere.snapshot.state import TableState
+from mere.snapshot.vectorized import may_match_all
 from mere.storage import ObjectStore
 
+
+@dataclass(frozen=True)
+class Candidates:
+    """Committed files a key check may have to read: their paths, and objects on demand.
+
+    ``take(indices)`` builds the :class:`AddFile` objects of some of them
+    (enough to read the files): a check over a snapshot's columns of files
+    builds objects only for the few files it reads.
+    """
+
+    paths: list[str]
+    take: Callable[[Sequence[int]], list[AddFile]]
+
+    @staticmethod
+    def of(files: Sequence[AddFile]) -> Candidates:
+        chosen = list(files)
+        return Candidates([a.path for a in chosen], lambda picked: [chosen[i] for i in picked])
+
+
 #: Picks the committed files a scan plan's statistics admit.
-Selector = Callable[[ScanPlan], list[AddFile]]
+Selector = Callable[[ScanPlan], Candidates]
 
 #: How many key values an error names.
 SHOWN_KEYS = 10
@@ -103,16 +129,19 @@ def key_counts(
     *,
     own: Sequence[AddFile] = (),
     select: Selector | None = None,
+    held: Sequence[pa.Table] = (),
 ) -> pa.Table:
-    """How many rows of ``files`` (committed) and ``own`` hold each value of ``keys``.
+    """How many rows of ``files`` (committed), ``own`` and ``held`` hold each value of ``keys``.
 
-    Values no row holds are left out. ``select``: see :func:`candidate_keys`.
+    Values no row holds are left out. ``select``: see :func:`candidate_keys`;
+    ``held``: key rows already in memory (files this transaction wrote).
     """
     columns = keys.column_names
-    if keys.num_rows == 0 or not (files or own):
+    if keys.num_rows == 0:
         return pa.table({**{c: keys.column(c).slice(0, 0) for c in columns}, "count_all": []})
-    found = candidate_keys(store, meta, files, keys, own=own, select=select)
-    return _counted(semi_join(found, keys))
+    found = [candidate_keys(store, meta, files, keys, own=own, select=select)]
+    found += [h.select(columns).cast(keys.schema) for h in held]
+    return _counted(semi_join(pa.concat_tables(found), keys))
 
 
 def present_keys(
@@ -122,11 +151,15 @@ def present_keys(
     keys: pa.Table,
     *,
     own: Sequence[AddFile] = (),
+    select: Selector | None = None,
+    held: Sequence[pa.Table] = (),
 ) -> pa.Table:
-    """The values of ``keys`` that rows of ``files`` (committed) or ``own`` hold."""
-    if keys.num_rows == 0 or not (files or own):
+    """The values of ``keys`` that rows of ``files`` (committed), ``own`` or ``held`` hold."""
+    if keys.num_rows == 0:
         return keys.slice(0, 0)
-    return intersect(keys, candidate_keys(store, meta, files, keys, own=own))
+    found = [candidate_keys(store, meta, files, keys, own=own, select=select)]
+    found += [h.select(keys.column_names).cast(keys.schema) for h in held]
+    return intersect(keys, pa.concat_tables(found))
 
 
 def candidate_keys(
@@ -145,37 +178,83 @@ def candidate_keys(
     filter gets one (see the module docstring). ``select``, if given, picks
     the committed files the plan's statistics admit in place of checking
     ``files`` one by one (the stage's vectorized choice over the snapshot).
+    The cached filters of all admitted files are probed at once
+    (:func:`mere.data.keyfilter.probe`).
     """
     columns = keys.column_names
+    if keys.num_rows == 0:
+        return keys.slice(0, 0)
     plan = plan_scan(meta, columns, _range_filter(columns[0], keys.column(0)))
     read = plan.select(own)
-    admitted = select(plan) if select is not None else plan.select(files)
+    admitted = select(plan) if select is not None else Candidates.of(plan.select(files))
+    every = range(len(admitted.paths))
     if keys.num_rows > FILTER_MAX_KEYS:  # most files would pass their filters anyway
-        return scan_files(store, plan, read + admitted).select(columns).cast(keys.schema)
-    unfiltered: list[tuple[AddFile, str]] = []
+        return _scan_keys(store, plan, read + admitted.take(every), keys)
     signature = key_signature(meta)
-    probe: keyfilter.Probe | None = None
-    for add in admitted:
-        if is_external_path(add.path):
-            read.append(add)
+    wanted = keyfilter.Probe.of(keyfilter.key_hashes(keys))
+    data_keys = [meta.prefix + p for p in admitted.paths]
+    status = keyfilter.probe(store, data_keys, signature, wanted)
+    for i, path in enumerate(admitted.paths):
+        if is_external_path(path):
+            status[i] = 1  # another database's file: read it, never write beside it
+    read += admitted.take(np.flatnonzero(status == 1).tolist())
+    unfiltered: list[tuple[AddFile, str]] = []
+    unknown = np.flatnonzero(status < 0).tolist()
+    for i, add in zip(unknown, admitted.take(unknown), strict=True):
+        if getattr(add, "inline", None) is not None:  # no object: no sidecar either
+            unfiltered.append((add, data_keys[i]))
             continue
-        data_key = meta.prefix + add.path
-        found = keyfilter.load(store, data_key)
+        found = keyfilter.load(store, data_keys[i])
         if found is None:
-            unfiltered.append((add, data_key))
-        elif found.signature != signature:
-            read.append(add)  # built for other key columns or types: read the file
-        else:
-            if probe is None:
-                probe = keyfilter.Probe.of(keyfilter.key_hashes(keys))
-            if found.may_contain(probe).any():
-                read.append(add)
-    parts = [scan_files(store, plan, read).select(columns).cast(keys.schema)] if read else []
+            unfiltered.append((add, data_keys[i]))
+        elif found.signature != signature or found.may_contain(wanted).any():
+            read.append(add)  # built for other key columns or types, or may hold a key
+    parts = [_scan_keys(store, plan, read, keys)] if read else []
     if unfiltered:
         parts.append(_read_and_index(store, meta, unfiltered, signature).cast(keys.schema))
     if not parts:
         return keys.slice(0, 0)
     return pa.concat_tables(parts)
+
+
+def _scan_keys(
+    store: ObjectStore, plan: ScanPlan, files: Sequence[AddFile], keys: pa.Table
+) -> pa.Table:
+    """The key columns of ``files``' rows the plan's range admits, typed as ``keys``."""
+    return scan_files(store, plan, list(files)).select(keys.column_names).cast(keys.schema)
+
+
+def live_candidates(plan: ScanPlan, table: TableState, removed: Container[str]) -> Candidates:
+    """The files of ``table`` whose statistics admit ``plan``'s filter, less ``removed``.
+
+    Decided over the snapshot's columns of files at once, like
+    :func:`mere.snapshot.planning.select_files`, but objects are built only
+    for the files a key check then reads.
+    """
+    files = table.files
+    if not isinstance(files, LiveFiles):
+        return Candidates.of([f for f in select_files(plan, table) if f.path not in removed])
+    if plan.predicate is None:
+        rows: pa.Array = pa.array(range(files.num_files), pa.int64())
+        used: list[str] = []
+    else:
+        found, used = table_facts(plan.table, files, sorted(referenced_columns(plan.predicate)))
+        chosen = may_match_all(plan.predicate, found)
+        if chosen is None:  # a filter the vectorized analysis does not cover
+            return Candidates.of([f for f in select_files(plan, table) if f.path not in removed])
+        rows = pc.indices_nonzero(chosen)
+    paths = files.columns([PATH]).column(0).take(rows).to_pylist()
+    if removed:
+        kept = [i for i, p in enumerate(paths) if p not in removed]
+        rows, paths = rows.take(pa.array(kept, pa.int64())), [paths[i] for i in kept]
+    live_rows = rows
+
+    def take(picked: Sequence[int]) -> list[AddFile]:
+        if not picked:
+            return []
+        return files.take(live_rows.take(pa.array(picked, pa.int64())), columns=used)
+
+    return Candidates(paths, take)
 
 
 def key_signature(meta: TableMeta) -> list[list[str]]:
@@ -196,17 +275,37 @@ def added_keys(store: ObjectStore, meta: TableMeta, adds: Sequence[AddFile]) -> 
 
     def one(add: AddFile) -> pa.Table:
         keys = scan_files(store, plan, [add])
-        if not is_external_path(add.path):
-            data_key = meta.prefix + add.path
-            if not keyfilter.known(store, data_key):
-                built = keyfilter.KeyFilter.build(signature, keyfilter.key_hashes(keys))
-                keyfilter.remember(store, data_key, built)
+        remember_filter(store, meta, add, keys, signature)
         return keys
 
     if len(adds) <= 1:
         return one(adds[0]) if adds else scan_files(store, plan, [])
     with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(adds))) as pool:
         return pa.concat_tables(list(pool.map(one, adds)))
+
+
+def remember_filter(
+    store: ObjectStore,
+    meta: TableMeta,
+    add: AddFile,
+    keys: pa.Table,
+    signature: list[list[str]] | None = None,
+) -> None:
+    """Cache the filter of a file this transaction wrote, from its key rows ``keys``.
+
+    A later check in this process then need not read the file; the first
+    check that meets it committed writes its sidecar (none for an inlined file).
+    """
+    if is_external_path(add.path):
+        return
+    data_key = meta.prefix + add.path
+    if not keyfilter.known(store, data_key):
+        built = keyfilter.KeyFilter.build(
+            key_signature(meta) if signature is None else signature, keyfilter.key_hashes(keys)
+        )
+        keyfilter.remember(
+            store, data_key, built, sidecar=getattr(add, "inline", None) is None
+        )
 
 
 def _read_and_index(
@@ -221,9 +320,11 @@ def _read_and_index(
     def one(item: tuple[AddFile, str]) -> pa.Table:
         add, data_key = item
         keys = scan_files(store, plan, [add])
-        keyfilter.save(
-            store, data_key, keyfilter.KeyFilter.build(signature, keyfilter.key_hashes(keys))
-        )
+        built = keyfilter.KeyFilter.build(signature, keyfilter.key_hashes(keys))
+        if getattr(add, "inline", None) is None:
+            keyfilter.save(store, data_key, built)
+        else:  # an inlined file has no object to put a sidecar beside
+            keyfilter.remember(store, data_key, built, sidecar=False)
         return keys
 
     if len(files) == 1:
@@ -268,11 +369,22 @@ def refuse_duplicates(meta: TableMeta, duplicates: pa.Table, where: str) -> None
 
 @dataclass
 class KeyProbe:
-    """The keys a transaction inserts into one table, to test a winner's added files."""
+    """The keys a transaction inserts into one table, to test a winner's added files.
+
+    ``inserted`` computes them, once, when a winner first adds files to the
+    table: a commit that wins its first race never reads them.
+    """
 
     store: ObjectStore
     meta: TableMeta
-    keys: pa.Table
+    inserted: Callable[[], pa.Table]
+    _keys: pa.Table | None = field(default=None, repr=False)
+
+    @property
+    def keys(self) -> pa.Table:
+        if self._keys is None:
+            self._keys = self.inserted()
+        return self._keys
 
     def collisions(self, adds: Sequence[AddFile]) -> pa.Table:
         """The inserted keys that rows of ``adds`` also hold."""
@@ -280,6 +392,7 @@ class KeyProbe:
 
 
 __all__ = [
+    "Candidates",
     "KeyProbe",
     "added_keys",
     "candidate_keys",
@@ -289,8 +402,10 @@ __all__ = [
     "key_columns",
     "key_counts",
     "key_signature",
+    "live_candidates",
     "Selector",
     "present_keys",
     "refuse_duplicates",
+    "remember_filter",
     "semi_join",
 ]

@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -61,6 +62,7 @@ from mere.snapshot.state import DatabaseState
 from mere.storage import ObjectStore
 from mere.txn.conflicts import ReadRecord, TxFootprint
 from mere.txn.keys import (
+    Candidates,
     KeyProbe,
     Selector,
     added_keys,
@@ -540,8 +542,10 @@ class Stage:
         """At the end of a statement: each key it wrote must be held by exactly one live row.
 
         Rows still in memory are written out first, so every live row is in a
-        file; only the key columns of files whose statistics may hold a new
-        key are read. Checking at the statement's end (not per write) lets an
+        file. The key rows of the files this transaction wrote are held in
+        memory (:meth:`_hold_keys`); of the committed files only the key
+        columns of those whose statistics and key filters may hold a new key
+        are read. Checking at the statement's end (not per write) lets an
         update move keys through values other rows still hold.
         """
         for table_id in dict.fromkeys([*frame.new_keys, *frame.new_key_files]):
@@ -553,40 +557,93 @@ class Stage:
             if not columns:
                 continue
             parts = [t.select(columns) for t in frame.new_keys.get(table_id, [])]
-            written = frame.new_key_files.get(table_id, [])
-            published = added_keys(self.store, meta, written).select(columns) if written else None
-            if published is not None:
+            written = list({a.path: a for a in frame.new_key_files.get(table_id, [])}.values())
+            if written:  # published files (Spark, merge): their keys are read once, here
+                published = added_keys(self.store, meta, written).select(columns)
                 parts.append(published)
+                self._hold_keys(table_id, [], written, published)
             new = pa.concat_tables(parts, promote_options="permissive") if parts else None
             if new is None or new.num_rows == 0:
                 continue
             refuse_duplicates(meta, duplicates_within(new), "among the rows written")
-            base, own = self.live_files(table_id)
-            # The files published here hold only keys of `new`, each once (checked just
-            # above): they need not be read again. A key of theirs is a duplicate when any
-            # other live row holds it; a key of the rows written, when a second row does
-            # (its own row is in one of the files read).
-            skip = {a.path for a in written}
-            rest = [a for a in own if a.path not in skip]
-            counts = key_counts(
-                self.store, meta, base, new, own=rest, select=self._key_selector(table_id)
-            )
+            # Every live row is counted once, the new ones too: a key is a duplicate
+            # when a second row holds it.
+            counts = self._key_counts(table_id, meta, new)
             duplicates = counts.filter(pc.greater(counts["count_all"], 1)).select(columns)
-            if published is not None and counts.num_rows:
-                held = semi_join(counts.select(columns), published.cast(new.schema))
-                duplicates = pa.concat_tables([duplicates, held]) if held.num_rows else duplicates
             refuse_duplicates(meta, duplicates, "already in the table")
 
-    def _key_selector(self, table_id: str) -> Selector | None:
-        """The snapshot's live files a plan admits, chosen at once over its file columns."""
+    def _key_counts(self, table_id: str, meta: TableMeta, keys: pa.Table) -> pa.Table:
+        """How many live rows of the table, as this transaction sees it, hold each of ``keys``."""
+        own, held, select = self._key_sources(table_id)
+        return key_counts(self.store, meta, [], keys, own=own, select=select, held=held)
+
+    def keys_present(self, table_id: str, keys: pa.Table) -> pa.Table:
+        """The values of ``keys`` (the table's key columns) that live rows of the table hold."""
+        own, held, select = self._key_sources(table_id)
+        meta = self.meta(table_id)
+        return present_keys(self.store, meta, [], keys, own=own, select=select, held=held)
+
+    def _key_sources(
+        self, table_id: str
+    ) -> tuple[list[AddFile], list[pa.Table], Selector | None]:
+        """Where a table's live keys are: files this transaction wrote whose keys are not
+        held (to read), the key rows it holds, and the snapshot's files (a selector)."""
+        self.meta(table_id)
+        self._flush(table_id)
         staged = self._tables.get(table_id)
-        if staged is None or staged.created or table_id not in self.read_state.tables:
+        own = staged.adds if staged is not None else {}
+        held, covered = self._held_keys(table_id, own)
+        return [a for p, a in own.items() if p not in covered], held, self._key_selector(table_id)
+
+    def _hold_keys(
+        self, table_id: str, paths: Sequence[str], adds: Sequence[AddFile], keys: pa.Table
+    ) -> None:
+        """Remember that the files ``paths`` and ``adds`` hold exactly the key rows ``keys``.
+
+        A file written alone also gets its key filter, cached for the checks
+        that meet it committed. Rows are held up to :data:`KEPT_KEY_ROWS` per
+        transaction; past that, the files are read when a check needs them.
+        """
+        staged = self._tables.get(table_id)
+        every = [*paths, *(a.path for a in adds)]
+        if staged is None or staged.dropped is not None or not every:
+            return
+        if any(p not in staged.adds for p in every):
+            return
+        if sum(staged.adds[p].rows for p in every) != keys.num_rows:
+            return  # not the rows we think: leave the files to be read
+        if len(every) == 1 and len(adds) == 1:
+            remember_filter(self.store, self.meta(table_id), adds[0], keys)
+        if self._held_rows + keys.num_rows > KEPT_KEY_ROWS:
+            return
+        self._held_rows += keys.num_rows
+        self._held.setdefault(table_id, []).append(_HeldKeys(frozenset(every), keys))
+
+    def _held_keys(
+        self, table_id: str, live: Mapping[str, AddFile]
+    ) -> tuple[list[pa.Table], set[str]]:
+        """The held key rows of files that are all in ``live``, and the paths they cover."""
+        tables: list[pa.Table] = []
+        covered: set[str] = set()
+        for held in self._held.get(table_id, ()):
+            if all(p in live for p in held.paths) and not held.paths & covered:
+                tables.append(held.keys)
+                covered |= held.paths
+        return tables, covered
+
+    def _key_selector(self, table_id: str) -> Selector | None:
+        """The snapshot's live files a plan admits, chosen at once over its file columns.
+
+        None when the table has no files in the snapshot (created by this transaction).
+        """
+        staged = self._tables.get(table_id)
+        if table_id not in self.read_state.tables or (staged is not None and staged.created):
             return None
         table = self.read_state.tables[table_id]
-        removed = staged.removes
+        removed: Mapping[str, RemoveFile] = staged.removes if staged is not None else {}
 
-        def choose(plan: ScanPlan) -> list[AddFile]:
-            return [f for f in select_files(plan, table) if f.path not in removed]
+        def choose(plan: ScanPlan) -> Candidates:
+            return live_candidates(plan, table, removed)
 
         return choose
 
@@ -599,28 +656,39 @@ class Stage:
 
         These are the keys whose absence the transaction relies on: a
         concurrent commit adding one of them conflicts (see mere.txn.conflicts).
+        They are worked out only if a concurrent commit adds files to the table.
         """
         probes: dict[str, KeyProbe] = {}
         for table_id, staged in self._tables.items():
             if staged.created or staged.dropped is not None:
                 continue
             meta = self.meta(table_id)
-            columns = key_columns(meta)
-            added = [a for a in staged.adds.values() if a.data_change]
-            if not columns or not added:
+            added = {p: a for p, a in staged.adds.items() if a.data_change}
+            if not key_columns(meta) or not added:
                 continue
-            keys = added_keys(self.store, meta, added).select(columns)
-            if staged.removes:
-                removed = [
-                    self.read_state.tables[table_id].files[p]
-                    for p in staged.removes
-                    if p in self.read_state.tables[table_id].files
-                ]
-                old = self._keys_of(meta, removed, columns).cast(keys.schema)
-                keys = semi_join(keys, old, anti=True)
-            if keys.num_rows:
-                probes[table_id] = KeyProbe(self.store, meta, keys)
+            removes = list(staged.removes)
+            probes[table_id] = KeyProbe(
+                self.store, meta, partial(self._inserted, table_id, meta, added, removes)
+            )
         return probes
+
+    def _inserted(
+        self, table_id: str, meta: TableMeta, added: Mapping[str, AddFile], removes: list[str]
+    ) -> pa.Table:
+        """The keys of ``added`` (held, else read) less those of the files ``removes``."""
+        columns = key_columns(meta)
+        held, covered = self._held_keys(table_id, added)
+        parts = [h.select(columns) for h in held]
+        rest = [a for p, a in added.items() if p not in covered]
+        if rest or not parts:
+            parts.append(added_keys(self.store, meta, rest).select(columns))
+        keys = pa.concat_tables(parts, promote_options="permissive")
+        if removes:
+            files = self.read_state.tables[table_id].files
+            removed = [files[p] for p in removes if p in files]
+            old = self._keys_of(meta, removed, columns).cast(keys.schema)
+            keys = semi_join(keys, old, anti=True)
+        return keys
 
     # --- writers -------------------------------------------------------------------
 

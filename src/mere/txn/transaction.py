@@ -55,7 +55,7 @@ from mere.txn.committer import (
     AfterCommit,
     Committer,
 )
-from mere.txn.keys import key_columns, present_keys, semi_join
+from mere.txn.keys import key_columns, semi_join
 from mere.txn.stage import Stage
 
 if TYPE_CHECKING:
@@ -574,10 +574,7 @@ class TxTable:
         first = numbered.group_by(columns, use_threads=False).aggregate([("__mere_row", "min")])
         chosen = first["__mere_row_min"]
         rows = rows.take(pc.take(chosen, pc.sort_indices(chosen)))
-        base, own = self.stage.live_files(self.table_id)
-        present = present_keys(
-            self.transaction.store, self.meta, base, rows.select(columns), own=own
-        )
+        present = self.stage.keys_present(self.table_id, rows.select(columns))
         if present.num_rows == 0:
             return rows
         absent = semi_join(rows.select(columns), present, anti=True)
