@@ -5,6 +5,8 @@ hits every series alike:
 
 * ``mere append``: ``db.table("t").append([row])`` -- one transaction, one
   data file, one commit -- on a LocalStore (fsync'd put-if-absent);
+* ``mere append (inlined)``: the same in a database with ``inlineLimit`` set,
+  where the data file travels inside the commit (one durable create);
 * ``raw put_if_absent``: ``LocalStore.put_if_absent`` of a new 1 KiB object
   (temp file, fsync, link, unlink, fsync dir) -- the floor of one durable,
   atomic create;
@@ -80,9 +82,11 @@ def make_row(i: int) -> dict[str, Any]:
     }
 
 
-def new_db(target: str | ObjectStore, checkpoint_interval: int) -> Database:
+def new_db(target: str | ObjectStore, checkpoint_interval: int, inline: bool = False) -> Database:
     db = mere.connect(target, checkpoint_interval=checkpoint_interval)
     db.create_table("t", c.BASELINE_SCHEMA)
+    if inline:  # small data files travel in their commit (a version without it ignores this)
+        db.set_properties({"inlineLimit": "65536"})
     return db
 
 
@@ -121,6 +125,7 @@ def run_side_by_side(workdir: Path, commits: int, block: int, interval: int) -> 
     fsync_dir.mkdir(parents=True)
     db = new_db(str(workdir / "db"), interval)
     start_version = db.version
+    inlining = new_db(str(workdir / "inline-db"), interval, inline=True)
 
     series: dict[str, list[float]] = defaultdict(list)
     checkpoint_commits: list[float] = []
@@ -146,6 +151,10 @@ def run_side_by_side(workdir: Path, commits: int, block: int, interval: int) -> 
             series["mere append (1 row)"].append(dt)
             (checkpoint_commits if version % interval == 0 else other_commits).append(dt)
         wall_mere += time.perf_counter() - t_block
+        for j in range(n):
+            t0 = time.perf_counter()
+            inlining.table("t").append([make_row(done + j)])
+            series["mere append (1 row, inlined)"].append(time.perf_counter() - t0)
         done += n
         progress.update(done)
     assert db.version == start_version + commits
@@ -255,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
 
     commits_per_second = side.pop("_commits_per_second")
     mere_p50 = side["mere append (1 row)"]["p50_ms"]
+    inlined_p50 = side["mere append (1 row, inlined)"]["p50_ms"]
     put_p50 = side["raw put_if_absent 1 KiB"]["p50_ms"]
     fsync_p50 = side["raw fsync (open+write+fsync+close)"]["p50_ms"]
 
@@ -268,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"mere commits/second (one writer, sequential): {commits_per_second:,.0f}")
     print(f"ratio mere append p50 / raw put_if_absent p50: {mere_p50 / put_p50:.2f}")
+    print(f"ratio inlined append p50 / raw put_if_absent:  {inlined_p50 / put_p50:.2f}")
     print(f"ratio mere append p50 / raw fsync p50:         {mere_p50 / fsync_p50:.2f}")
     print(
         f"MemoryStore (no I/O) append: p50 {memory['p50_ms']:.3f} ms, "
