@@ -42,6 +42,10 @@ DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 #: Rows are buffered until this much Arrow memory, then written as one row group.
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 COMPRESSION = "zstd"
+#: A file whose rows take at most this much Arrow memory in all is written
+#: uncompressed, without dictionaries (a one-row commit's file; it changes its
+#: size by a few bytes either way).
+TINY_FILE_BYTES = 8 * 1024
 #: Threads encoding one large write (contiguous slices of its rows, a file each).
 WRITE_THREADS = max(1, min(8, os.cpu_count() or 1))
 #: A write is cut into slices of at least this much Arrow memory: smaller ones
@@ -64,8 +68,10 @@ class _ColumnStats:
 @dataclass
 class _OpenFile:
     partition_values: dict[str, str | None]
-    sink: pa.BufferOutputStream
-    writer: pq.ParquetWriter
+    schema: pa.Schema
+    dictionary: list[str]  # the columns worth dictionary-encoding (from the first rows)
+    sink: pa.BufferOutputStream = field(default_factory=pa.BufferOutputStream)
+    writer: pq.ParquetWriter | None = None  # opened with the first row group
     pending: list[pa.Table] = field(default_factory=list)
     pending_bytes: int = 0
     rows: int = 0
@@ -140,7 +146,6 @@ class DataFileWriter:
                 other._close(key)  # a row group is already encoded: finish that file
                 continue
             del other._open[key]
-            f.writer.close()
             for piece in f.pending:
                 self._append_piece(key, piece, group_bytes)
         return list(other.written)
@@ -221,17 +226,10 @@ class DataFileWriter:
         threads)."""
         f = files.get(key)
         if f is None:
-            sink = pa.BufferOutputStream()
             f = _OpenFile(
                 partition_values=dict(zip(self.table.partition_columns, key, strict=True)),
-                sink=sink,
-                writer=pq.ParquetWriter(
-                    sink,
-                    self.file_schema,
-                    compression=COMPRESSION,
-                    use_dictionary=dictionary_columns(self.file_schema, piece),
-                    write_statistics=footer_statistics_columns(self.file_schema),
-                ),
+                schema=self.file_schema,
+                dictionary=dictionary_columns(self.file_schema, piece),
                 stats={name: _ColumnStats() for name in self.file_schema.names},
             )
             files[key] = f
@@ -268,21 +266,34 @@ class DataFileWriter:
             )
 
 
-def _write_row_group(f: _OpenFile) -> None:
-    if f.pending:
-        # Not combined into contiguous arrays: the Parquet writer encodes the
-        # chunks in place (a copy would cost a row group's memory and time).
-        batch = pa.concat_tables(f.pending)
-        f.writer.write_table(batch, row_group_size=max(batch.num_rows, 1))
-        f.pending, f.pending_bytes = [], 0
+def _write_row_group(f: _OpenFile, *, last: bool = False) -> None:
+    """Encode the buffered rows as a row group (``last``: the file's last one)."""
+    if not f.pending:
+        return
+    if f.writer is None:
+        # A whole file of a few rows (a small commit) is not worth compressing
+        # or dictionary-encoding: zstd's setup alone doubled its encoding time.
+        tiny = last and f.pending_bytes <= TINY_FILE_BYTES
+        f.writer = pq.ParquetWriter(
+            f.sink,
+            f.schema,
+            compression="none" if tiny else COMPRESSION,
+            use_dictionary=[] if tiny else f.dictionary,
+            write_statistics=footer_statistics_columns(f.schema),
+        )
+    # Not combined into contiguous arrays: the Parquet writer encodes the
+    # chunks in place (a copy would cost a row group's memory and time).
+    batch = pa.concat_tables(f.pending)
+    f.writer.write_table(batch, row_group_size=max(batch.num_rows, 1))
+    f.pending, f.pending_bytes = [], 0
 
 
 def _finish_file(f: _OpenFile) -> list[_Encoded]:
     """Encode what ``f`` still buffers and close it: [] if it holds no rows."""
-    _write_row_group(f)
-    f.writer.close()
-    if f.rows == 0:
+    _write_row_group(f, last=True)
+    if f.writer is None or f.rows == 0:
         return []
+    f.writer.close()
     _footer_string_bounds(f.writer.writer.metadata, f.stats)
     return [_Encoded(f.partition_values, f.sink.getvalue(), f.rows, _stats_json(f.rows, f.stats))]
 
