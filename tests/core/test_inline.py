@@ -249,3 +249,27 @@ def test_an_inlined_add_below_format_3_is_a_corrupt_log(db: mere.Database) -> No
     _write_commit(db, [_info(db), _inlined_add(db, b"PAR1")])
     with pytest.raises(CorruptLog, match="needs format version 3"):
         mere.connect(db.store, create=False).snapshot()
+
+
+def test_compaction_turns_inlined_files_into_a_stored_one(inlining: mere.Database) -> None:
+    db = inlining
+    for i in range(4):
+        db.table("t").append([{"id": i, "s": str(i)}])
+    result = db.table("t").compact()
+    assert (result.files_removed, result.files_added) == (4, 1)
+    (add,) = db.latest_state().table_by_name("t").files.values()  # type: ignore[union-attr]
+    assert add.inline is None and len(objects(db)) == 1
+    assert rows(db) == [(i, str(i)) for i in range(4)]
+
+
+def test_primary_keys_hold_across_inlined_files(db: mere.Database) -> None:
+    db.create_table("k", SCHEMA, primary_key=["id"])
+    db.set_properties({"inlineLimit": "65536"})
+    k = db.table("k")
+    k.append([{"id": 1, "s": "a"}])
+    k.append([{"id": 2, "s": "b"}])
+    with pytest.raises(mere.DuplicateKey, match="1"):
+        k.append([{"id": 1, "s": "again"}])
+    k.append([{"id": 2, "s": "B"}, {"id": 3, "s": "c"}], on_duplicate="update")
+    assert rows(db, "k") == [(1, "a"), (2, "B"), (3, "c")]
+    assert objects(db) == []
