@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -153,10 +154,11 @@ class DataFiles:
     """Reads a table's rows at any version from its data files, each file read only once.
 
     ``TableSnapshot.scan()`` at every version costs O(versions x files). Data
-    files are immutable and uniquely named (docs/format.md §1), so a table's
-    rows at a version are the concatenation of its files' rows, and each file
-    can be read once and cached by path: checking every version of the log
-    becomes linear. Tests cross-check this against ``scan()`` at some versions.
+    files, stored or inlined in the log, are immutable and uniquely named
+    (docs/format.md §1), so a table's rows at a version are the concatenation
+    of its files' rows, and each file can be read once and cached by path:
+    checking every version of the log becomes linear. Tests cross-check this
+    against ``scan()`` at some versions.
     """
 
     def __init__(self, store: ObjectStore) -> None:
@@ -169,7 +171,11 @@ class DataFiles:
         for add in table.files:
             key = (table.id, add.path)
             if key not in self._rows:
-                data = self.store.open_input(f"tables/{table.id}/{add.path}")
+                data = (
+                    pa.BufferReader(add.inline)  # an inlined file (docs/format.md §2.5)
+                    if add.inline is not None
+                    else self.store.open_input(f"tables/{table.id}/{add.path}")
+                )
                 self._rows[key] = pq.read_table(data).to_pylist()
             rows.extend(self._rows[key])
         return rows

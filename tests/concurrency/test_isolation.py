@@ -8,6 +8,10 @@ everything: the version the transaction read, what every read returned, what
 it appended, and how the commit ended (its version, or the conflict raised).
 The database is a local directory, or a container on Azurite (``az://``,
 marked ``azure``): the same workers and checks, through the ``ObjectStore`` API.
+At ``serializable`` the test runs a second time with small writes inlined in
+the log (``inlineLimit``) and a small flush bound, so that checkpointing
+workers move inlined files to data files while the others commit (a flush's
+version changes no row and is no transaction's).
 
 From the records alone the test then rebuilds what each key held at every
 version -- the rows appended by transactions committed at or below it -- and
@@ -67,6 +71,9 @@ TABLES = ("a", "b")
 KEYS = range(4)
 SEED = 20240611
 WAIT = 60.0
+#: With inlining: a table's inlined bytes past this are flushed at the next checkpoint
+#: (a one- or two-row file is about 700 bytes), so flushes race the workers' commits.
+INLINE_FLUSH_BYTES = 4096
 SCHEMA = pa.schema(
     [
         pa.field("k", pa.int64(), nullable=False),
@@ -239,14 +246,16 @@ def check_reads_see_their_snapshot(history: History) -> None:
 
 def check_log_is_the_committed_transactions(
     location: Any, history: History, setup_version: int
-) -> None:
-    """One version per committed transaction; each version holds exactly what was committed."""
+) -> list[int]:
+    """One version per committed transaction, besides flushes of inlined files (which
+    change no row); each version holds exactly what was committed. Returns the flushes."""
     latest = location.connect().version
     db = location.connect()  # nothing cached: each version replays one commit
     committed = history.committed
     writers = [r for r in history.records if r["outcome"] == "committed" and not is_read_only(r)]
     assert len(committed) == len(writers), "two commits reported the same version"
-    assert sorted(committed) == list(range(setup_version + 1, latest + 1))
+    flushes = [e["version"] for e in db.history() if e["operation"] == "FLUSH INLINED"]
+    assert sorted([*committed, *flushes]) == list(range(setup_version + 1, latest + 1))
     for version, record in committed.items():
         assert setup_version <= record["read_version"] < version
     for record in history.records:
@@ -267,6 +276,7 @@ def check_log_is_the_committed_transactions(
             for key in KEYS:
                 vals = snapshot.table(table).scan(filter=f"k = {key}").column("val").to_pylist()
                 assert sorted(vals) == history.rows_at(table, key, version), (version, table, key)
+    return flushes
 
 
 def is_read_only(record: dict[str, Any]) -> bool:
@@ -286,6 +296,7 @@ def check_conflicted_transactions_left_no_files(location: Any) -> None:
         f"tables/{latest.table(t).id}/{f.path}"
         for t in latest.tables()
         for f in latest.table(t).files
+        if f.inline is None  # an inlined file is no object
     }
     stored = {meta.key for meta in location.store.list("tables/")}
     assert stored == referenced, f"left over: {sorted(stored - referenced)[:5]}"
@@ -348,11 +359,21 @@ def check_conflicts_are_truthful(history: History, isolation: str, latest: int) 
 # --- the test --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("isolation", ["serializable", "write_serializable", "snapshot"])
+@pytest.mark.parametrize(
+    ("isolation", "inline"),
+    [
+        pytest.param("serializable", False, id="serializable"),
+        pytest.param("write_serializable", False, id="write_serializable"),
+        pytest.param("snapshot", False, id="snapshot"),
+        pytest.param("serializable", True, id="serializable-inlined"),
+    ],
+)
 def test_concurrent_transactions_read_their_snapshot_and_commit_atomically(
-    isolation: str, location: Any, tmp_path: Path, processes: Any
+    isolation: str, inline: bool, location: Any, tmp_path: Path, processes: Any
 ) -> None:
     db = location.connect(checkpoint_interval=10)
+    if inline:  # small writes live in the log; checkpoints flush them to files (format §2.5)
+        db.set_properties({"inlineLimit": "65536", "inlineFlushBytes": str(INLINE_FLUSH_BYTES)})
     with db.transaction() as setup:
         for table in TABLES:
             setup.create_table(table, SCHEMA)
@@ -364,8 +385,10 @@ def test_concurrent_transactions_read_their_snapshot_and_commit_atomically(
     errors = [r["error"] for r in history.records if r["outcome"] == "error"]
     assert not errors, f"unexpected errors: {errors[:5]}"
     check_reads_see_their_snapshot(history)
-    check_log_is_the_committed_transactions(location, history, setup_version)
+    flushes = check_log_is_the_committed_transactions(location, history, setup_version)
     check_conflicted_transactions_left_no_files(location)
+    if inline:
+        assert flushes, "no checkpoint flushed inlined files"
     check_conflicts_are_truthful(history, isolation, db.version)
     skewed = not_serializable_in_log_order(history)
     read_only = sum(is_read_only(r) for r in history.records if r["outcome"] == "committed")
@@ -373,7 +396,7 @@ def test_concurrent_transactions_read_their_snapshot_and_commit_atomically(
         f"\n{isolation}: {outcomes['committed']} committed ({read_only} read-only), "
         f"{outcomes['conflict']} conflicts, "
         f"{len({line.split(' read ')[0] for line in skewed})} committed transactions not "
-        "serializable in log order"
+        f"serializable in log order; {len(flushes)} flushes of inlined files"
     )
     assert outcomes["committed"] > 0
     if isolation == "serializable":

@@ -4,11 +4,12 @@ Two workloads where docs/format.md §9 promises no conflict at all, however
 hard the writers race for each version:
 
 * **Blind appends to one table** at ``write_serializable``: six processes each
-  commit 30 single-row appends to the same table. None may conflict; every
-  row lands exactly once; the log is exactly versions 0..181 with no gap,
-  each version holding exactly the row its committer was told it committed;
-  each commit read an older version (``readVersion < version``) and commit
-  timestamps never go backwards.
+  commit 30 single-row appends to the same table, stored as data files or
+  inlined in the log (the database property ``inlineLimit``). None may
+  conflict; every row lands exactly once; the log has no gap, each of the 180
+  versions after the table's creation holding exactly the row its committer
+  was told it committed; each commit read an older version
+  (``readVersion < version``) and commit timestamps never go backwards.
 * **Disjoint tables** at ``serializable``: four processes each create a table
   of their own, then repeatedly read it in full and append to it. Reads of
   one's own table are not invalidated by appends to other tables, nor are
@@ -120,32 +121,38 @@ def check_log_is_gapless(db: mere.Database, first: int, last: int) -> list[dict[
 # --- the tests ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "inline", [pytest.param(False, id="stored"), pytest.param(True, id="inlined")]
+)
 def test_blind_appends_from_many_processes_never_conflict(
-    db_path: Path, tmp_path: Path, processes: Any, data_files: Any
+    inline: bool, db_path: Path, tmp_path: Path, processes: Any, data_files: Any
 ) -> None:
     writers, count = 6, 30
     db = mere.connect(db_path)
+    if inline:  # each one-row append carries its Parquet bytes in its commit (format §2.5)
+        db.set_properties({"inlineLimit": "65536"})
     db.create_table("t", ROWS)
-    assert db.version == 1
+    base = db.version
 
     outcomes = race(processes, _blind_appender, db_path, tmp_path, writers, count)
 
     conflicts = [o for per_writer in outcomes for o in per_writer if "conflict" in o]
     assert not conflicts, f"blind appends conflicted: {conflicts[:3]}"
     committed_at = {o["version"]: (w, o["n"]) for w, ow in enumerate(outcomes) for o in ow}
-    assert sorted(committed_at) == list(range(2, 2 + writers * count)), "versions reused or lost"
-    last = 1 + writers * count
-    history = check_log_is_gapless(db, 1, last)
-    rebased = sum(e["read_version"] < e["version"] - 1 for e in history[2:])
+    last = base + writers * count
+    assert sorted(committed_at) == list(range(base + 1, last + 1)), "versions reused or lost"
+    history = check_log_is_gapless(db, base, last)
+    rebased = sum(e["read_version"] < e["version"] - 1 for e in history[base + 1 :])
     print(f"\n{writers * count} blind appends, {rebased} committed after losing a race")
     rows = db.table("t").scan()
     assert rows.num_rows == writers * count
     assert Counter(zip(rows["writer"].to_pylist(), rows["n"].to_pylist(), strict=True)) == Counter(
         committed_at.values()
     )
+    assert all((f.inline is not None) == inline for f in db.snapshot().table("t").files)
     # Each version added exactly the row its committer was told it committed there.
     before: Counter[tuple[int, int]] = Counter()
-    for version in range(2, last + 1):
+    for version in range(base + 1, last + 1):
         table = db.snapshot(version).table("t")
         now = Counter((r["writer"], r["n"]) for r in data_files.rows(table))
         assert now - before == Counter([committed_at[version]]) and before <= now, version
