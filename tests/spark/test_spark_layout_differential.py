@@ -12,7 +12,9 @@ filters from a grammar whose text means the same in Spark SQL and DuckDB. DuckDB
 * the native read (Spark's own Parquet reader), filtered by Spark: the NaN row that its
   Parquet pushdown used to drop is among the examples;
 * both reads given the filter as mere's ``filter=`` (files skipped by mere's statistics
-  before Spark filters the rows).
+  before Spark filters the rows);
+* some or all files inlined in the log (``inline_limit``, docs/format.md §2.5): the
+  native read hands their rows to Spark from the driver.
 
 Left out of the grammar: ``isnan`` (Spark's is false on NULL, DuckDB's NULL, which ``NOT``
 tells apart), arithmetic (Spark's ANSI overflow rules), and dates before 1900.
@@ -21,6 +23,7 @@ tells apart), arithmetic (Spark's ANSI overflow rules), and dates before 1900.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import itertools
 import math
@@ -139,6 +142,7 @@ class Case:
     target_file_size: int
     row_group_bytes: int
     filters: list[str]
+    inline_limit: int = 0  # files of at most this many bytes are inlined in the log (0: none)
 
 
 @st.composite
@@ -150,6 +154,7 @@ def cases(draw: st.DrawFn) -> Case:
         draw(st.sampled_from([1, 4000, 1 << 20])),
         draw(st.sampled_from([1, 600, 64 << 20])),
         draw(st.lists(FILTERS, min_size=1, max_size=2)),
+        inline_limit=draw(st.sampled_from([0, 0, 2600, 65536])),  # 2600: some files of 2-3 kB
     )
 
 
@@ -204,6 +209,7 @@ REUSED = Case(
 @example(case=NAN_CASE)
 @example(case=ALL_SKIPPED)
 @example(case=REUSED)
+@example(case=dataclasses.replace(NAN_CASE, inline_limit=65536))  # NaN rows inlined
 def test_spark_reads_agree_with_duckdb_on_any_layout(spark, case: Case) -> None:
     data = make_table(case.rows)
     con = duckdb.connect()
@@ -211,6 +217,8 @@ def test_spark_reads_agree_with_duckdb_on_any_layout(spark, case: Case) -> None:
     with tempfile.TemporaryDirectory() as root, row_group_bytes(case.row_group_bytes):
         db = mere.connect(root, target_file_size=case.target_file_size)
         db.create_table("t", SCHEMA, partition_by=["p"])
+        if case.inline_limit:
+            db.set_properties({"inlineLimit": str(case.inline_limit)})
         bounds = [0, *case.cuts, data.num_rows]
         for start, stop in itertools.pairwise(bounds):
             if stop > start:
