@@ -146,7 +146,7 @@ def test_new_keys_read_only_files_the_filters_cannot_rule_out(
     store = db.store
     files = db.snapshot().table("t").files
     # the first keyed appends built a filter for every committed file they read
-    db.table("t").append(pa.table({"id": [1, 7999], "v": ["x", "y"]}, schema=SCHEMA))
+    db.table("t").append(pa.table({"id": [3999, 4001], "v": ["x", "y"]}, schema=SCHEMA))
     sidecars = {m.key for m in store.list("tables/") if m.key.endswith(keyfilter.SUFFIX)}
     assert len(sidecars) >= len(files)
     keyfilter.CACHE.clear()  # another process: reads the sidecars, not the data files
@@ -187,7 +187,7 @@ def test_every_duplicate_is_refused_with_filters_in_place(uri: str) -> None:
 
 def test_corrupt_or_foreign_sidecars_are_read_around(uri: str) -> None:
     db = keyed(uri, files=3, per=100)
-    db.table("t").append(pa.table({"id": [1, 599], "v": ["x", "y"]}, schema=SCHEMA))  # filters
+    db.table("t").append(pa.table({"id": [299, 301], "v": ["x", "y"]}, schema=SCHEMA))  # filters
     store = db.store
     sidecars = sorted(m.key for m in store.list("tables/") if m.key.endswith(keyfilter.SUFFIX))
     assert sidecars
@@ -217,7 +217,7 @@ def test_a_changed_key_does_not_use_the_old_keys_filters(tmp_path: Path) -> None
 def test_small_files_get_no_sidecar(uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(keyfilter, "MIN_SIDECAR_ROWS", 300)
     db = keyed(uri, files=3, per=200)
-    db.table("t").append(pa.table({"id": [1, 1199], "v": ["x", "y"]}, schema=SCHEMA))
+    db.table("t").append(pa.table({"id": [599, 601], "v": ["x", "y"]}, schema=SCHEMA))
     assert not [m.key for m in db.store.list("tables/") if m.key.endswith(keyfilter.SUFFIX)]
     with pytest.raises(mere.DuplicateKey):
         db.table("t").append(pa.table({"id": [2, 3], "v": ["x", "y"]}, schema=SCHEMA))
@@ -225,7 +225,7 @@ def test_small_files_get_no_sidecar(uri: str, monkeypatch: pytest.MonkeyPatch) -
 
 def test_vacuum_deletes_a_sidecar_with_its_data_file_only(tmp_path: Path) -> None:
     db = keyed(str(tmp_path), files=3, per=50)
-    db.table("t").append(pa.table({"id": [1, 299], "v": ["x", "y"]}, schema=SCHEMA))
+    db.table("t").append(pa.table({"id": [149, 151], "v": ["x", "y"]}, schema=SCHEMA))
     store = db.store
 
     def sidecars() -> set[str]:
@@ -366,3 +366,46 @@ def test_keys_held_in_memory_follow_savepoints_and_rewrites(uri: str) -> None:
         {"id": 1003, "v": "x"},
         {"id": 1005, "v": "x"},
     ]
+
+
+def test_integer_keys_consider_only_the_files_whose_range_holds_one(
+    uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not every file within the range of all new keys: clustered keys skip the gaps."""
+    db = mere.connect(uri)
+    db.create_table("t", SCHEMA, primary_key=["id"])
+    for i in range(10):  # file i holds the even keys 200 i .. 200 i + 198
+        ids = list(range(200 * i, 200 * i + 200, 2))
+        db.table("t").append(pa.table({"id": ids, "v": ["x"] * len(ids)}, schema=SCHEMA))
+    for m in list(db.store.list("tables/")):
+        if m.key.endswith(keyfilter.SUFFIX):
+            db.store.delete(m.key)
+    keyfilter.CACHE.clear()  # no filter anywhere: every admitted file is read
+    opened = data_reads(db, monkeypatch)
+    db.table("t").append(pa.table({"id": [151, 1751], "v": ["n", "n"]}, schema=SCHEMA))
+    assert len(set(opened)) == 2, opened  # files 0 and 8, not the 7 between
+    with pytest.raises(mere.DuplicateKey, match=r"\(1752\)"):
+        db.table("t").append(pa.table({"id": [-5, 1752], "v": ["n", "n"]}, schema=SCHEMA))
+
+
+@pytest.mark.parametrize(
+    "type_, values",
+    [
+        (pa.int32(), [-(2**31), -7, 0, 2**31 - 1]),
+        (pa.uint64(), [0, 5, 2**63 + 11, 2**64 - 1]),
+        (pa.int8(), [-128, -1, 127]),
+    ],
+)
+def test_integer_keys_of_every_width_and_sign_find_their_duplicates(
+    uri: str, type_: pa.DataType, values: list[int]
+) -> None:
+    schema = pa.schema([pa.field("id", type_), pa.field("v", pa.string())])
+    db = mere.connect(uri)
+    db.create_table("t", schema, primary_key=["id"])
+    for value in values:
+        db.table("t").append(pa.table({"id": [value], "v": ["x"]}, schema=schema))
+    for value in values:
+        with pytest.raises(mere.DuplicateKey):
+            db.table("t").append(pa.table({"id": [value], "v": ["y"]}, schema=schema))
+        keyfilter.CACHE.clear()
+    assert db.table("t").scan(columns=["id"]).num_rows == len(values)

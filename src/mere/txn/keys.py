@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +35,15 @@ from mere.data import keyfilter
 from mere.errors import DuplicateKey, InvalidExpression
 from mere.expr.ast import referenced_columns
 from mere.log.actions import AddFile, TableMeta, is_external_path
-from mere.log.columns import PATH
+from mere.log.columns import (
+    INLINE,
+    PATH,
+    ROWS,
+    SIZE,
+    max_column,
+    min_column,
+    partition_column,
+)
 from mere.schema import physical_name
 from mere.snapshot.files import LiveFiles
 from mere.snapshot.planning import select_files, table_facts
@@ -63,8 +71,8 @@ class Candidates:
         return Candidates([a.path for a in chosen], lambda picked: [chosen[i] for i in picked])
 
 
-#: Picks the committed files a scan plan's statistics admit.
-Selector = Callable[[ScanPlan], Candidates]
+#: Picks the committed files whose statistics admit a scan plan (of the keys given).
+Selector = Callable[[ScanPlan, pa.Table], Candidates]
 
 #: How many key values an error names.
 SHOWN_KEYS = 10
@@ -181,12 +189,11 @@ def candidate_keys(
     The cached filters of all admitted files are probed at once
     (:func:`mere.data.keyfilter.probe`).
     """
-    columns = keys.column_names
     if keys.num_rows == 0:
         return keys.slice(0, 0)
-    plan = plan_scan(meta, columns, _range_filter(columns[0], keys.column(0)))
+    plan = _key_plan(meta, keys)
     read = plan.select(own)
-    admitted = select(plan) if select is not None else Candidates.of(plan.select(files))
+    admitted = select(plan, keys) if select is not None else Candidates.of(plan.select(files))
     every = range(len(admitted.paths))
     if keys.num_rows > FILTER_MAX_KEYS:  # most files would pass their filters anyway
         return _scan_keys(store, plan, read + admitted.take(every), keys)
@@ -201,7 +208,7 @@ def candidate_keys(
     unfiltered: list[tuple[AddFile, str]] = []
     unknown = np.flatnonzero(status < 0).tolist()
     for i, add in zip(unknown, admitted.take(unknown), strict=True):
-        if getattr(add, "inline", None) is not None:  # no object: no sidecar either
+        if add.inline is not None:  # no object: no sidecar either
             unfiltered.append((add, data_keys[i]))
             continue
         found = keyfilter.load(store, data_keys[i])
@@ -224,21 +231,31 @@ def _scan_keys(
     return scan_files(store, plan, list(files)).select(keys.column_names).cast(keys.schema)
 
 
-def live_candidates(plan: ScanPlan, table: TableState, removed: Container[str]) -> Candidates:
+def live_candidates(
+    plan: ScanPlan, keys: pa.Table, table: TableState, removed: Container[str]
+) -> Candidates:
     """The files of ``table`` whose statistics admit ``plan``'s filter, less ``removed``.
 
     Decided over the snapshot's columns of files at once, like
     :func:`mere.snapshot.planning.select_files`, but objects are built only
-    for the files a key check then reads.
+    for the files a key check then reads. For an integer first key column, a
+    file is admitted when one of ``keys`` lies within its range (not only the
+    range of all of them).
     """
     files = table.files
     if not isinstance(files, LiveFiles):
         return Candidates.of([f for f in select_files(plan, table) if f.path not in removed])
-    if plan.predicate is None:
-        rows: pa.Array = pa.array(range(files.num_files), pa.int64())
-        used: list[str] = []
+    names = sorted(referenced_columns(plan.predicate)) if plan.predicate is not None else []
+    files.columns(_candidate_columns(plan.table, files, names))  # decoded together, once
+    used: list[str] = []
+    ranged = _within_ranges(plan.table, files, keys)
+    if ranged is not None:
+        rows: pa.Array = ranged
+        used = _candidate_columns(plan.table, files, keys.column_names[:1])
+    elif plan.predicate is None:
+        rows = pa.array(range(files.num_files), pa.int64())
     else:
-        found, used = table_facts(plan.table, files, sorted(referenced_columns(plan.predicate)))
+        found, used = table_facts(plan.table, files, names)
         chosen = may_match_all(plan.predicate, found)
         if chosen is None:  # a filter the vectorized analysis does not cover
             return Candidates.of([f for f in select_files(plan, table) if f.path not in removed])
@@ -284,6 +301,41 @@ def added_keys(store: ObjectStore, meta: TableMeta, adds: Sequence[AddFile]) -> 
         return pa.concat_tables(list(pool.map(one, adds)))
 
 
+def _within_ranges(meta: TableMeta, files: LiveFiles, keys: pa.Table) -> pa.Array | None:
+    """The rows of ``files`` whose [min, max] of the first key column holds one of ``keys``.
+
+    Integer columns only (None otherwise); a file without statistics is admitted.
+    """
+    name = keys.column_names[0]
+    field_ = meta.schema.field(name)
+    if name in meta.partition_columns or not pa.types.is_integer(field_.type):
+        return None
+    if keys.column(0).type != field_.type:
+        return None
+    physical = physical_name(field_)
+    low, high = min_column(physical), max_column(physical)
+    if low not in files.layout.schema.names or high not in files.layout.schema.names:
+        return None
+    bounds = files.columns([low, high])
+    info = np.iinfo(keys.column(0).type.to_pandas_dtype())
+    lows = bounds.column(0).fill_null(info.min).to_numpy()
+    highs = bounds.column(1).fill_null(info.max).to_numpy()
+    wanted = np.sort(keys.column(0).to_numpy())
+    inside = np.searchsorted(wanted, highs, "right") > np.searchsorted(wanted, lows, "left")
+    return pa.array(np.flatnonzero(inside), pa.int64())
+
+
+def _candidate_columns(meta: TableMeta, files: LiveFiles, names: Sequence[str]) -> list[str]:
+    """The file columns :func:`live_candidates` reads: statistics of ``names``, and what
+    :meth:`LiveFiles.take` builds objects from."""
+    layout = files.layout
+    wanted = [PATH, SIZE, ROWS, INLINE, *(partition_column(p) for p in layout.partition_columns)]
+    for name in names:
+        if name not in meta.partition_columns:
+            wanted += layout.columns_for(physical_name(meta.schema.field(name)))
+    return [n for n in dict.fromkeys(wanted) if n in layout.schema.names]
+
+
 def remember_filter(
     store: ObjectStore,
     meta: TableMeta,
@@ -303,9 +355,7 @@ def remember_filter(
         built = keyfilter.KeyFilter.build(
             key_signature(meta) if signature is None else signature, keyfilter.key_hashes(keys)
         )
-        keyfilter.remember(
-            store, data_key, built, sidecar=getattr(add, "inline", None) is None
-        )
+        keyfilter.remember(store, data_key, built, sidecar=add.inline is None)
 
 
 def _read_and_index(
@@ -321,7 +371,7 @@ def _read_and_index(
         add, data_key = item
         keys = scan_files(store, plan, [add])
         built = keyfilter.KeyFilter.build(signature, keyfilter.key_hashes(keys))
-        if getattr(add, "inline", None) is None:
+        if add.inline is None:
             keyfilter.save(store, data_key, built)
         else:  # an inlined file has no object to put a sidecar beside
             keyfilter.remember(store, data_key, built, sidecar=False)
@@ -331,6 +381,31 @@ def _read_and_index(
         return one(files[0])
     with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(files))) as pool:
         return pa.concat_tables(list(pool.map(one, files)))
+
+
+def _key_plan(meta: TableMeta, keys: pa.Table) -> ScanPlan:
+    """A scan of the key columns of the rows whose first key column is in ``keys``' range.
+
+    For integer keys the range is bound directly (no text to parse: a check
+    costs a millisecond less); other types go through the filter's text,
+    which must read back.
+    """
+    columns = keys.column_names
+    values = keys.column(0)
+    if pa.types.is_integer(values.type):
+        lo, hi = pc.min_max(values).values()
+        if lo.is_valid and hi.is_valid:
+            col = sqlexpr.Column(columns[0])
+            expr = sqlexpr.And(
+                (
+                    sqlexpr.Compare(">=", col, sqlexpr.Literal(lo.as_py(), values.type)),
+                    sqlexpr.Compare("<=", col, sqlexpr.Literal(hi.as_py(), values.type)),
+                )
+            )
+            return replace(
+                plan_scan(meta, columns, None), predicate=sqlexpr.bind(expr, meta.schema)
+            )
+    return plan_scan(meta, columns, _range_filter(columns[0], values))
 
 
 def _range_filter(column: str, values: pa.ChunkedArray) -> str | None:

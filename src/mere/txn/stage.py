@@ -642,8 +642,8 @@ class Stage:
         table = self.read_state.tables[table_id]
         removed: Mapping[str, RemoveFile] = staged.removes if staged is not None else {}
 
-        def choose(plan: ScanPlan) -> Candidates:
-            return live_candidates(plan, table, removed)
+        def choose(plan: ScanPlan, keys: pa.Table) -> Candidates:
+            return live_candidates(plan, keys, table, removed)
 
         return choose
 
