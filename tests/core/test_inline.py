@@ -273,3 +273,10 @@ def test_primary_keys_hold_across_inlined_files(db: mere.Database) -> None:
     k.append([{"id": 2, "s": "B"}, {"id": 3, "s": "c"}], on_duplicate="update")
     assert rows(db, "k") == [(1, "a"), (2, "B"), (3, "c")]
     assert objects(db) == []
+
+
+def test_describe_counts_inlined_files(inlining: mere.Database) -> None:
+    db = inlining
+    db.table("t").append([{"id": 1, "s": "a"}])
+    info = db.table("t").describe()
+    assert info["inlined_files"] == 1 and info["inlined_bytes"] == info["size_bytes"] > 0

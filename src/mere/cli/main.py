@@ -149,7 +149,7 @@ def describe(
 
     JSON: {"name", "id", "version", "created", "schema": [{"name", "type",
     "nullable"}, ...], "partition_by": [...], "properties": {...}, "files",
-    "rows", "size_bytes"}.
+    "rows", "size_bytes", "inlined_files", "inlined_bytes"}.
     """
     check_time_travel(at_version, at_timestamp)
     with open_database(uri) as db:
@@ -167,6 +167,10 @@ def describe(
             ("files", f"{info['files']:,}"),
             ("rows", f"{info['rows']:,}"),
             ("size", f"{human_size(info['size_bytes'])} ({info['size_bytes']:,} bytes)"),
+            (
+                "inlined",
+                f"{info['inlined_files']:,} files, {human_size(info['inlined_bytes'])} in the log",
+            ),
         ]
     )
     schema = make_table(["column", "type", "nullable"])
