@@ -35,6 +35,8 @@ INLINE_FLUSH_PROPERTY = "inlineFlushBytes"
 DEFAULT_INLINE_FLUSH = 8 * 1024 * 1024
 #: Inlined data files are at most this large, whatever the property says.
 MAX_INLINE_LIMIT = 1024 * 1024
+#: A table's inlined bytes stay well below what one Arrow binary column holds (2 GiB).
+MAX_INLINE_FLUSH = 256 * 1024 * 1024
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?", re.IGNORECASE)
 _UNITS = {
@@ -121,19 +123,20 @@ def inline_limit(properties: Mapping[str, str]) -> int:
 
 def inline_flush_bytes(properties: Mapping[str, str]) -> int:
     """How many inlined bytes a table holds before a checkpoint flushes them to files."""
-    return _whole(properties, INLINE_FLUSH_PROPERTY, DEFAULT_INLINE_FLUSH)
+    return min(_whole(properties, INLINE_FLUSH_PROPERTY, DEFAULT_INLINE_FLUSH), MAX_INLINE_FLUSH)
 
 
 def check_database_properties(properties: Mapping[str, str]) -> None:
     """Raise ValueError when a property mere reads has a value it cannot use."""
-    for name, most in ((INLINE_LIMIT_PROPERTY, MAX_INLINE_LIMIT), (INLINE_FLUSH_PROPERTY, None)):
+    for name, most in (
+        (INLINE_LIMIT_PROPERTY, MAX_INLINE_LIMIT),
+        (INLINE_FLUSH_PROPERTY, MAX_INLINE_FLUSH),
+    ):
         text = properties.get(name)
-        if text is not None and not (
-            text.isascii() and text.isdigit() and (most is None or int(text) <= most)
-        ):
-            bound = f" up to {most}" if most is not None else ""
+        if text is not None and not (text.isascii() and text.isdigit() and int(text) <= most):
             raise InvalidArgument(
-                f"database property {name} must be a whole number of bytes{bound}, not {text!r}"
+                f"database property {name} must be a whole number of bytes up to {most}, "
+                f"not {text!r}"
             )
     interval = properties.get(CHECKPOINT_INTERVAL_PROPERTY)
     whole = interval is None or (interval.isascii() and interval.isdigit())
