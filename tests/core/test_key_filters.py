@@ -409,3 +409,20 @@ def test_integer_keys_of_every_width_and_sign_find_their_duplicates(
             db.table("t").append(pa.table({"id": [value], "v": ["y"]}, schema=schema))
         keyfilter.CACHE.clear()
     assert db.table("t").scan(columns=["id"]).num_rows == len(values)
+
+
+def test_inlined_files_get_filters_in_memory_and_no_sidecar(uri: str) -> None:
+    db = mere.connect(uri)
+    db.set_properties({"inlineLimit": "1048576"})
+    db.create_table("t", SCHEMA, primary_key=["id"])
+    for i in range(4):  # 5,000 rows each: past MIN_SIDECAR_ROWS, still inlined
+        ids = list(range(i, 20_000, 4))
+        db.table("t").append(pa.table({"id": ids, "v": ["x"] * len(ids)}, schema=SCHEMA))
+    assert all(f.inline is not None for f in db.snapshot().table("t").files)
+    for round_ in range(2):  # held filters, then read anew as a fresh process does
+        if round_:
+            keyfilter.CACHE.clear()
+        db.table("t").append(pa.table({"id": [20_001 + round_], "v": ["n"]}, schema=SCHEMA))
+        with pytest.raises(mere.DuplicateKey, match=r"\(9\)"):
+            db.table("t").append(pa.table({"id": [9], "v": ["d"]}, schema=SCHEMA))
+    assert not [m.key for m in db.store.list("tables/") if m.key.endswith(keyfilter.SUFFIX)]

@@ -77,8 +77,8 @@ Selector = Callable[[ScanPlan, pa.Table], Candidates]
 #: How many key values an error names.
 SHOWN_KEYS = 10
 #: Past this many keys looked for, files are read without consulting their filters (at
-#: about 5e-6 false positives per key, 20,000 absent keys pass a filter 10% of the time,
-#: and probing costs more than it saves).
+#: about 5e-7 false positives per key, 20,000 absent keys pass a filter 1% of the time,
+#: but probing costs about what reading the key columns does).
 FILTER_MAX_KEYS = 20_000
 
 
