@@ -89,6 +89,20 @@ def test_equal_floats_hash_alike_and_the_false_positive_rate_is_small() -> None:
     assert absent.mean() < 1e-3
 
 
+@settings(max_examples=60, deadline=None)
+@given(hashes=st.lists(st.integers(0, 2**64 - 1), max_size=300))
+def test_a_filter_sets_exactly_the_bits_of_its_keys(hashes: list[int]) -> None:
+    """format.md §6.1: in block b of each key, bit ((l * S_i) mod 2^32) >> 27 of word i."""
+    values = np.array(hashes, dtype=np.uint64)
+    flt = KeyFilter.build(SIG, values)
+    expected = np.zeros_like(flt.words)
+    for h in hashes:
+        block = ((h >> 32) * len(flt.words)) >> 32
+        for i, salt in enumerate(keyfilter._SALTS.tolist()):
+            expected[block, i] |= 1 << ((((h & 0xFFFFFFFF) * salt) & 0xFFFFFFFF) >> 27)
+    assert (flt.words == expected).all()
+
+
 def test_corrupt_sidecars_do_not_decode() -> None:
     good = KeyFilter.build(SIG, key_hashes(pa.table({"k": [1, 2, 3]}))).to_bytes()
     for bad in (b"", b"MKF1", good[:-1], b"XKF1" + good[4:], good + b"\0" * 4):
