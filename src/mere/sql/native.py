@@ -19,11 +19,16 @@ pyarrow dataset instead. It is refused for:
 * partition columns other than integers, strings, dates and booleans;
 * a file whose statistics do not show it holds every column of the table
   (one written before a column was added, or without statistics);
-* an inlined file (its bytes are in the log, docs/format.md §2.5: no file to name),
-  file paths with glob characters, a file of another database (an export's
+* file paths with glob characters, a file of another database (an export's
   target may name its source's files, docs/format.md §11.6; DuckDB may read
   under the store's root only), and more than :data:`MAX_BRANCHES`
   partition values.
+
+Inlined files (docs/format.md §2.5) have no file to name: their bytes are in
+the log. The caller registers a pyarrow dataset of them under the name it
+passes as ``inlined`` (:func:`inlined_files`, :func:`inlined_dataset`), and the
+view reads it as one more ``UNION ALL`` branch, so the stored files keep
+DuckDB's reader; without that name a table with inlined files gets no view.
 
 DuckDB's reader opens the footer of every live file when the view is bound
 (its metadata cache keeps them), where the pyarrow path opens only the files
@@ -32,16 +37,22 @@ a query reads.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections import defaultdict
 from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.types as pat
 
 from mere.data.external import data_file_location
+from mere.data.values import from_text
 from mere.log.actions import AddFile, TableMeta
 from mere.schema import physical_name
-from mere.snapshot.dataset import local_path
+from mere.snapshot.dataset import local_path, physical_schema
 from mere.sql.script import quote_identifier
 from mere.storage.local import LocalStore
 
@@ -49,6 +60,7 @@ from mere.storage.local import LocalStore
 #: DuckDB binds every branch's ``read_parquet`` for every query (a few ms each).
 MAX_BRANCHES = 16
 _GLOB = set("*?[]{}")
+_FORMAT = ds.ParquetFileFormat()
 
 _SIMPLE: dict[pa.DataType, str] = {
     pa.int8(): "TINYINT",
@@ -105,8 +117,40 @@ def _holds_every_column(add: AddFile, physical: set[str]) -> bool:
     return isinstance(counts, dict) and physical <= set(counts)
 
 
-def native_view(store: LocalStore, meta: TableMeta, files: Sequence[AddFile]) -> str | None:
-    """The ``SELECT`` a view of the table over ``read_parquet`` runs, or None (see above)."""
+def inlined_files(files: Sequence[AddFile]) -> list[AddFile]:
+    """The files of ``files`` whose bytes are in the log (the view's dataset branch)."""
+    return [add for add in files if add.inline is not None]
+
+
+def inlined_dataset(meta: TableMeta, files: Sequence[AddFile]) -> ds.FileSystemDataset:
+    """The inlined ``files`` as a dataset in ``physical_schema(meta)``, read from their bytes.
+
+    Each fragment's guarantee is its partition values only (pyarrow fills the
+    partition columns from them and skips files a filter rules out): building
+    the statistics ranges ``physical_dataset`` adds costs more per query than
+    they save on files this small, whose footers carry row-group statistics.
+    """
+    fragments = []
+    for add in files:
+        assert add.inline is not None
+        terms = []
+        for col in meta.partition_columns:
+            value = from_text(add.partition_values.get(col), meta.schema.field(col).type)
+            terms.append(pc.field(col).is_null() if not value.is_valid else pc.field(col) == value)
+        guarantee = functools.reduce(operator.and_, terms, pc.scalar(True))
+        source = pa.BufferReader(add.inline)
+        fragments.append(_FORMAT.make_fragment(source, partition_expression=guarantee))
+    return ds.FileSystemDataset(fragments, physical_schema(meta), _FORMAT, pafs.LocalFileSystem())
+
+
+def native_view(
+    store: LocalStore, meta: TableMeta, files: Sequence[AddFile], inlined: str | None = None
+) -> str | None:
+    """The ``SELECT`` a view of the table over ``read_parquet`` runs, or None (see above).
+
+    ``inlined``: the name the caller registers a dataset of the inlined files
+    under (needed only if there are any); the view reads them from it.
+    """
     types: dict[str, str] = {}
     for f in meta.schema:
         sql_type = duckdb_type(f.type)
@@ -116,10 +160,16 @@ def native_view(store: LocalStore, meta: TableMeta, files: Sequence[AddFile]) ->
     data = [f for f in meta.schema if f.name not in meta.partition_columns]
     physical = {physical_name(f) for f in data}
     groups: dict[tuple[str | None, ...], list[str]] = defaultdict(list)
+    has_inlined = False
     # Newest first: DuckDB reads a branch in its first file's types, and a file
     # written after a column was widened has the wider type.
     for add in sorted(files, key=lambda a: a.modification_time, reverse=True):
-        if add.inline is not None or not _holds_every_column(add, physical):
+        if add.inline is not None:  # read from the dataset registered as ``inlined``
+            if inlined is None:
+                return None
+            has_inlined = True
+            continue
+        if not _holds_every_column(add, physical):
             return None
         holder, file_key = data_file_location(store, meta, add)
         if holder is not store:  # DuckDB may read under this store's root only
@@ -131,7 +181,7 @@ def native_view(store: LocalStore, meta: TableMeta, files: Sequence[AddFile]) ->
         groups[key].append(path)
     if len(groups) > MAX_BRANCHES:
         return None
-    if not groups:
+    if not groups and not has_inlined:
         nulls = ", ".join(
             f"CAST(NULL AS {types[f.name]}) AS {quote_identifier(f.name)}" for f in meta.schema
         )
@@ -153,7 +203,15 @@ def native_view(store: LocalStore, meta: TableMeta, files: Sequence[AddFile]) ->
         branches.append(
             f"SELECT {', '.join(columns)} FROM read_parquet([{listing}], hive_partitioning = false)"
         )
+    if has_inlined and inlined is not None:
+        columns = []
+        for f in meta.schema:  # the dataset's columns: data columns by physical name
+            source = quote_identifier(
+                f.name if f.name in meta.partition_columns else physical_name(f)
+            )
+            columns.append(f"CAST({source} AS {types[f.name]}) AS {quote_identifier(f.name)}")
+        branches.append(f"SELECT {', '.join(columns)} FROM {quote_identifier(inlined)}")
     return " UNION ALL ".join(branches)
 
 
-__all__ = ["MAX_BRANCHES", "duckdb_type", "native_view"]
+__all__ = ["MAX_BRANCHES", "duckdb_type", "inlined_dataset", "inlined_files", "native_view"]

@@ -1,0 +1,107 @@
+"""SQL over local tables with inlined data files (docs/format.md §2.5, issue 17).
+
+DuckDB's own Parquet reader keeps reading the stored files; the inlined ones
+(bytes in the log, no file to name) are one more ``UNION ALL`` branch over a
+pyarrow dataset registered beside the view. Every query must return what
+``scan()`` and DuckDB over the scanned rows return.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+from sql_helpers import rows
+from test_sql_queries import FILTERS, ODD, odd_rows
+
+import mere
+from mere.sql.native import native_view
+
+SCHEMA = pa.schema([f for f in ODD if f.name != "f"])  # floats take the dataset path anyway
+
+
+def kinds(db: mere.Database, name: str) -> tuple[int, int]:
+    """(stored files, inlined files) of the table's latest version."""
+    files = db.snapshot().table(name).files
+    inlined = sum(1 for f in files if f.inline is not None)
+    return len(files) - inlined, inlined
+
+
+def agree(db: mere.Database, name: str, filters: list[str]) -> None:
+    """SELECT * and every filter give what DuckDB gives over the table's scan."""
+    expected = db.table(name).scan()
+    got = db.sql(f"SELECT * FROM {name}")
+    assert got.schema == db.sql(f"SELECT * FROM {name} WHERE FALSE").schema
+    assert got.schema.names == expected.schema.names
+    assert rows(got) == rows(expected)
+    reference = duckdb.connect()
+    reference.register(name, expected)
+    for where in filters:
+        query = f"SELECT * FROM {name} WHERE {where}"
+        assert rows(db.sql(query)) == rows(reference.sql(query).to_arrow_table()), where
+
+
+@pytest.mark.parametrize("partition_by", [[], ["p"], ["b"]])
+def test_stored_files_stay_on_duckdbs_reader_beside_inlined_ones(
+    tmp_path: Path, partition_by: list[str]
+) -> None:
+    db = mere.connect(tmp_path / "db")
+    db.create_table("odd", SCHEMA, partition_by=partition_by)
+    db.table("odd").append(odd_rows(0, 40, 0).drop_columns(["f"]))
+    db.set_properties({"inlineLimit": "65536"})
+    for seed in (1, 2, 3):
+        db.table("odd").append(odd_rows(seed * 100, 15, seed).drop_columns(["f"]))
+    stored, inlined = kinds(db, "odd")
+    assert stored >= 1 and inlined >= 3
+    snap = db.snapshot().table("odd")
+    assert native_view(db.store, snap.meta, snap.files) is None  # no name for the dataset
+    view = native_view(db.store, snap.meta, snap.files, "inl")
+    assert view is not None and "read_parquet" in view and 'FROM "inl"' in view
+    agree(db, "odd", [w for w in FILTERS if not w.startswith(("f ", "NOT (f", "f =", "f I"))])
+    counted = db.sql("SELECT count(*) AS n, count(DISTINCT id) AS k FROM odd WHERE id >= 100")
+    assert counted.to_pylist() == [{"n": 45, "k": 45}]
+
+
+def test_only_inlined_files_renamed_widened_and_added_columns(tmp_path: Path) -> None:
+    db = mere.connect(tmp_path / "db")
+    db.sql("CREATE TABLE t (k INTEGER, v DECIMAL(5, 1), s VARCHAR) PARTITIONED BY (s)")
+    db.set_properties({"inlineLimit": "3000"})
+    db.sql("INSERT INTO t VALUES (1, 1.5, 'a'), (2, NULL, NULL)")
+    assert kinds(db, "t") == (0, 2)
+    agree(db, "t", ["k = 1", "s IS NULL", "v > 1"])
+    db.sql("ALTER TABLE t RENAME COLUMN v TO amount")
+    db.sql("ALTER TABLE t ALTER COLUMN k TYPE BIGINT")
+    db.sql("ALTER TABLE t ALTER COLUMN amount TYPE DECIMAL(12, 1)")
+    db.sql("INSERT INTO t SELECT range + 1099511627776, range / 2, 'b' FROM range(3000)")
+    db.sql("INSERT INTO t VALUES (3, 12345678901.5, 'a')")
+    stored, inlined = kinds(db, "t")
+    assert stored == 1 and inlined == 3
+    snap = db.snapshot().table("t")
+    assert native_view(db.store, snap.meta, snap.files, "inl") is not None
+    agree(db, "t", ["k < 10", "amount > 1000", "s = 'a'", "amount IS NULL", "k > 1099511627776"])
+    assert db.sql("SELECT sum(k) AS s FROM t WHERE s = 'a'").to_pylist() == [{"s": 4}]
+    db.sql("ALTER TABLE t ADD COLUMN extra INT")  # the stored file lacks it: a dataset
+    db.sql("INSERT INTO t VALUES (4, NULL, 'c', 7)")
+    snap = db.snapshot().table("t")
+    assert native_view(db.store, snap.meta, snap.files, "inl") is None
+    agree(db, "t", ["extra = 7", "extra IS NULL AND k < 5"])
+
+
+def test_a_transaction_reads_its_own_inlined_writes_and_dml_rewrites_them(tmp_path: Path) -> None:
+    db = mere.connect(tmp_path / "db")
+    db.sql("CREATE TABLE t (k BIGINT, s VARCHAR)")
+    db.sql("INSERT INTO t SELECT range, 'x' FROM range(5000)")  # stored
+    db.set_properties({"inlineLimit": "65536"})
+    with db.transaction() as tx:
+        tx.sql("INSERT INTO t VALUES (-1, 'mine')")
+        assert tx.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 5001}]
+        assert tx.sql("SELECT k FROM t WHERE s = 'mine'").to_pylist() == [{"k": -1}]
+    db.sql("UPDATE t SET s = 'changed' WHERE k IN (-1, 4999)")
+    db.sql("DELETE FROM t WHERE k < 4000")
+    assert db.sql("SELECT k, s FROM t WHERE s = 'changed' ORDER BY k").to_pylist() == [
+        {"k": 4999, "s": "changed"}
+    ]
+    assert db.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 1000}]
+    agree(db, "t", ["s = 'x'", "k > 4990"])
