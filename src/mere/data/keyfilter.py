@@ -251,7 +251,7 @@ class KeyFilter:
             raw = np.frombuffer(data, dtype="<u4", offset=8 + length)
             if header["hash"] != HASH_NAME or count <= 0 or len(raw) != count * 8:
                 raise ValueError("unknown hash or wrong size")
-            words = raw.astype(np.uint32).reshape(count, 8)
+            words = raw.astype(np.uint32, copy=False).reshape(count, 8)  # read-only: fine
             return cls([list(c) for c in header["columns"]], int(header["rows"]), words)
         except (ValueError, KeyError, TypeError, struct.error) as exc:
             raise CorruptKeyFilter(f"not a key filter: {exc}") from None

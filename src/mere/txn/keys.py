@@ -207,21 +207,40 @@ def candidate_keys(
     read += admitted.take(np.flatnonzero(status == 1).tolist())
     unfiltered: list[tuple[AddFile, str]] = []
     unknown = np.flatnonzero(status < 0).tolist()
+    stored: list[tuple[AddFile, str]] = []
     for i, add in zip(unknown, admitted.take(unknown), strict=True):
-        if add.inline is not None:  # no object: no sidecar either
-            unfiltered.append((add, data_keys[i]))
-            continue
-        found = keyfilter.load(store, data_keys[i])
+        # An inlined file has no object, so no sidecar either: read it.
+        (unfiltered if add.inline is not None else stored).append((add, data_keys[i]))
+    loaded = _load_filters(store, [key for _, key in stored])
+    fresh: list[tuple[AddFile, str, keyfilter.KeyFilter]] = []
+    for (add, key), found in zip(stored, loaded, strict=True):
         if found is None:
-            unfiltered.append((add, data_keys[i]))
-        elif found.signature != signature or found.may_contain(wanted).any():
-            read.append(add)  # built for other key columns or types, or may hold a key
+            unfiltered.append((add, key))
+        elif found.signature != signature:
+            read.append(add)  # built for other key columns or types: read the file
+        else:
+            fresh.append((add, key, found))
+    if fresh:  # the filters just loaded, probed at once like the others
+        again = keyfilter.probe(store, [key for _, key, _ in fresh], signature, wanted)
+        for (add, _, found), state in zip(fresh, again.tolist(), strict=True):
+            if state == 1 or (state < 0 and found.may_contain(wanted).any()):
+                read.append(add)
     parts = [_scan_keys(store, plan, read, keys)] if read else []
     if unfiltered:
         parts.append(_read_and_index(store, meta, unfiltered, signature).cast(keys.schema))
     if not parts:
         return keys.slice(0, 0)
     return pa.concat_tables(parts)
+
+
+def _load_filters(store: ObjectStore, data_keys: Sequence[str]) -> list[keyfilter.KeyFilter | None]:
+    """The filters of committed data files (:func:`mere.data.keyfilter.load`), fetched in
+    parallel: a fresh process checking a table on an object store gets each sidecar in
+    one request, and the requests overlap."""
+    if len(data_keys) <= 1:
+        return [keyfilter.load(store, key) for key in data_keys]
+    with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(data_keys))) as pool:
+        return list(pool.map(lambda key: keyfilter.load(store, key), data_keys))
 
 
 def _scan_keys(
