@@ -162,12 +162,19 @@ steps = st.lists(
     st.integers(1, 3),
     st.sampled_from([0, 3, 4096]),
     st.sampled_from([0, 2, 256]),
+    st.sampled_from([0, 65536]),
 )
 def test_replay_on_a_checkpoint_base_keeps_what_a_dict_would(
-    base: set[int], commits: list[Any], per_batch: int, fold_min: int, pending_max: int
+    base: set[int],
+    commits: list[Any],
+    per_batch: int,
+    fold_min: int,
+    pending_max: int,
+    path_set_max: int,
 ) -> None:
     """Removes of base files, re-adds of live paths, adds removed again within the tail;
-    the delta folded into a new base, added files kept as objects or turned into columns."""
+    the delta folded into a new base, added files kept as objects or turned into columns,
+    their paths kept as a set or not."""
     expected = {_add(i, "a").path: _add(i, "a") for i in sorted(base)}
     layout = FileLayout.of(META)
     source = TableSource(layout, adds_to_columns(layout, list(expected.values())))
@@ -183,6 +190,7 @@ def test_replay_on_a_checkpoint_base_keeps_what_a_dict_would(
     mp = pytest.MonkeyPatch()
     mp.setattr(files_module, "FOLD_MIN", fold_min)
     mp.setattr(files_module, "PENDING_MAX", pending_max)
+    mp.setattr(files_module, "PATH_SET_MAX", path_set_max)
     try:
         state = start
         pending: list[Commit] = []

@@ -314,21 +314,33 @@ class Log:
         so the oldest readable version is 0 while commit 0 exists, and else the
         oldest checkpoint from which the remaining commits replay (and whose
         commit is still there, so its timestamp and history entry are known).
-        Costs one listing of ``_log/``.
+        Costs one request while commit 0 exists; else one listing of ``_log/``,
+        read only as far as that checkpoint's commit (keys list in version order).
         """
-        commits: list[int] = []
-        checkpoints: list[int] = []
+        if self.store.exists(commit_key(0)):
+            return 0
+        first: int | None = None  # the oldest commit
+        below: list[
+            int
+        ] = []  # checkpoints listed before it (islands, and those at first - 1, first)
+        usable: int | None = None  # the oldest checkpoint from first - 1 on
         for meta in self.store.list(LOG_PREFIX):
             parsed = parse_log_key(meta.key)
-            if parsed is not None:
-                (commits if parsed[1] == "commit" else checkpoints).append(parsed[0])
-        if not commits:
-            return None
-        first = min(commits)
-        if first == 0:
-            return 0
-        usable = [c for c in checkpoints if first - 1 <= c <= max(commits)]
-        return max(first, min(usable)) if usable else None
+            if parsed is None:
+                continue
+            version, kind = parsed
+            if kind == "checkpoint":
+                if first is None:
+                    below.append(version)
+                elif usable is None:
+                    usable = version
+            elif first is None:
+                first = version
+                if first == 0 or any(c >= first - 1 for c in below):
+                    return first
+            elif usable is not None and version >= usable:
+                return usable  # its commit (or a later one) exists
+        return None
 
     # --- checkpoints -----------------------------------------------------------
 

@@ -249,7 +249,9 @@ class LiveFiles(Mapping[str, AddFile]):
         self.meta = meta
         self._base = base if base is not None and base.num_rows else None
         self._removed = removed if self._base is not None else frozenset()
-        self._added = added if added is not None else layout.empty()
+        #: The files later commits added, as columns (None: none; an empty table costs
+        #: a fraction of a millisecond to build, a state is built per commit).
+        self._added = added if added is not None and added.num_rows else None
         self._pending: dict[str, AddFile] = dict(pending) if pending else {}
         #: The paths of ``_added``, when known (None: not computed, or too many).
         self._added_paths = added_paths
@@ -278,7 +280,7 @@ class LiveFiles(Mapping[str, AddFile]):
             return LiveFiles(
                 meta.id,
                 layout,
-                added=_joined(layout, layout.empty(), list(pending.values())),
+                added=_joined(layout, None, list(pending.values())),
                 meta=meta,
             )
         return LiveFiles(meta.id, layout, pending=pending, meta=meta)
@@ -333,7 +335,7 @@ class LiveFiles(Mapping[str, AddFile]):
         with self._lock:
             base, removed, added, pending = self._base, self._removed, self._added, self._pending
             added_paths = self._added_paths
-        if touched and added.num_rows:
+        if touched and added is not None:
             if added_paths is None and added.num_rows <= PATH_SET_MAX:
                 added_paths = _path_set(added)
                 with self._lock:
@@ -370,7 +372,7 @@ class LiveFiles(Mapping[str, AddFile]):
             added_paths=added_paths,
         )
         base_rows = base.num_rows if base is not None else 0
-        delta = len(removed) + added.num_rows + len(pending)
+        delta = len(removed) + _rows(added) + len(pending)
         if base is not None and delta > max(FOLD_MIN, base_rows // 4):
             return result.folded()
         return result
@@ -378,11 +380,12 @@ class LiveFiles(Mapping[str, AddFile]):
     def _added_columns(self) -> pa.Table:
         """The added files as columns (of this layout), the pending objects turned into columns."""
         with self._lock:
-            if self._pending or self._added.schema != self.layout.schema:
+            stale = self._added is not None and self._added.schema != self.layout.schema
+            if self._pending or stale:
                 self._added_paths = _with_paths(self._added_paths, self._pending)
                 self._added = _joined(self.layout, self._added, list(self._pending.values()))
                 self._pending = {}
-            return self._added
+            return self._added if self._added is not None else self.layout.empty()
 
     def folded(self) -> LiveFiles:
         """The same files with the delta folded into an in-memory base."""
@@ -424,10 +427,10 @@ class LiveFiles(Mapping[str, AddFile]):
     @property
     def num_files(self) -> int:
         if self._base is None:
-            return int(self._added.num_rows) + len(self._pending)
+            return _rows(self._added) + len(self._pending)
         keep = self._base_keep()
         kept = self._base.num_rows if keep is None else int(pc.sum(keep).as_py() or 0)
-        return kept + int(self._added.num_rows) + len(self._pending)
+        return kept + _rows(self._added) + len(self._pending)
 
     def columns(self, names: Sequence[str]) -> pa.Table:
         """The live files' ``names`` columns (of :attr:`layout`), one row per file."""
@@ -468,8 +471,10 @@ class LiveFiles(Mapping[str, AddFile]):
             base = base.filter(keep)
         if pending:
             added = self._added_columns().select(names)
-        else:
+        elif self._added is not None:
             added = self.layout.conform(self._added, names)
+        else:
+            return base
         arrays = [
             pa.chunked_array(
                 base.column(name).chunks + added.column(name).chunks,
@@ -483,7 +488,7 @@ class LiveFiles(Mapping[str, AddFile]):
 
     def _objects_only(self) -> bool:
         """Every file is an object waiting to become columns (a small table's usual state)."""
-        return self._base is None and self._added.num_rows == 0
+        return self._base is None and self._added is None
 
     def _base_keep(self) -> pa.Array | None:
         """The mask of the base's rows still live (None: all of them)."""
@@ -655,17 +660,21 @@ class _Items(ItemsView[str, AddFile]):
         return ((a.path, a) for a in self._mapping._all())
 
 
-def _joined(layout: FileLayout, added: pa.Table, pending: Sequence[AddFile]) -> pa.Table:
+def _joined(layout: FileLayout, added: pa.Table | None, pending: Sequence[AddFile]) -> pa.Table:
     """``added`` (conformed to ``layout``) followed by ``pending`` as columns, in few chunks."""
-    if added.schema != layout.schema:
+    if added is not None and added.schema != layout.schema:
         added = layout.conform(added)
     if not pending:
-        return added
+        return added if added is not None else layout.empty()
     fresh = adds_to_columns(layout, list(pending))
-    joined = pa.concat_tables([added, fresh]) if added.num_rows else fresh
+    joined = pa.concat_tables([added, fresh]) if added is not None and added.num_rows else fresh
     if joined.column(PATH).num_chunks > 64:
         joined = joined.combine_chunks()
     return joined
+
+
+def _rows(table: pa.Table | None) -> int:
+    return 0 if table is None else int(table.num_rows)
 
 
 def _path_set(added: pa.Table) -> frozenset[str]:

@@ -129,9 +129,8 @@ class DatabaseState:
                     commit_key(commit.version), f"applied on top of version {expected - 1}"
                 )
             expected += 1
-        entries = ((commit_key(c.version), a) for c in commits for a in c.actions)
         last = commits[-1]
-        return _apply(self, last.version, last.info.timestamp, entries)
+        return _apply(self, last.version, last.info.timestamp, _entries(commits))
 
     def live_actions(self) -> Iterator[Action]:
         """The actions that recreate this state, data files as objects (slow for many files).
@@ -204,7 +203,9 @@ class DatabaseState:
                     allow_external=allow_external,
                     origin=key,
                 )
-            files = LiveFiles(table_id, layout, source, version=checkpoint.version, reload=reload)
+            files = LiveFiles(
+                table_id, layout, source, version=checkpoint.version, reload=reload, meta=table.meta
+            )
             tables[table_id] = TableState(table.meta, files)
         return replace(state, tables=MappingProxyType(tables))
 
@@ -216,6 +217,14 @@ class DatabaseState:
             raise CorruptLog(commit_key(commit.version), "version 0 must carry a protocol action")
         start = DatabaseState(-1, 0, protocol, None, {}, {}, {})
         return start.apply(commit)
+
+
+def _entries(commits: Sequence[Commit]) -> Iterator[tuple[str, Action]]:
+    """Each commit's actions with the name of its file (for errors), named once per commit."""
+    for commit in commits:
+        key = commit_key(commit.version)
+        for action in commit.actions:
+            yield key, action
 
 
 class _Batch:
