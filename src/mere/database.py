@@ -25,13 +25,22 @@ from mere.errors import (
     TableNotFound,
     VersionNotFound,
 )
-from mere.log.actions import BASE_FORMAT_VERSION, Action, DatabaseMeta, Protocol
+from mere.log.actions import (
+    BASE_FORMAT_VERSION,
+    INLINE_FORMAT_VERSION,
+    Action,
+    DatabaseMeta,
+    Protocol,
+)
 from mere.log.log import Log
 from mere.names import check_table_name
 from mere.properties import (
     CHECKPOINT_INTERVAL_PROPERTY,
     DEFAULT_CHECKPOINT_INTERVAL,
+    INLINE_LIMIT_PROPERTY,
+    check_database_properties,
     checkpoint_interval,
+    inline_limit,
 )
 from mere.snapshot.loader import load_state
 from mere.snapshot.snapshot import Snapshot, TableSnapshot, describe_table
@@ -74,6 +83,7 @@ def connect(
     create: bool = True,
     storage_options: Mapping[str, Any] | None = None,
     checkpoint_interval: int | None = None,
+    inline_limit: int | None = None,
     max_commit_attempts: int = DEFAULT_MAX_COMMIT_ATTEMPTS,
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
 ) -> Database:
@@ -87,6 +97,11 @@ def connect(
             overriding the environment; see :mod:`mere.storage.cloud`.
         checkpoint_interval: write a checkpoint every this many commits; stored
             in the database when it is created (default 100).
+        inline_limit: inline data files of at most this many bytes in their
+            commits (docs/format.md §2.5; 65536 is the usual choice); stored
+            in the database when it is created (default: off). A database
+            created with it starts at format version 3; an existing one turns
+            it on with ``db.set_properties({"inlineLimit": "65536"})``.
         max_commit_attempts: how often a commit that loses races to
             non-conflicting commits is rebased and retried.
         target_file_size: the size data files are cut at (bytes).
@@ -95,6 +110,8 @@ def connect(
         DatabaseNotFound: no database at ``uri`` and ``create`` is False.
         FormatVersionError: the database was written by a newer format.
     """
+    if inline_limit is not None:  # refused before anything is created
+        check_database_properties({INLINE_LIMIT_PROPERTY: str(inline_limit)})
     if isinstance(uri, ObjectStore):
         if storage_options:
             raise InvalidArgument("storage_options configure a URI; this store is already open")
@@ -111,6 +128,7 @@ def connect(
         store,
         create=create,
         checkpoint_interval=checkpoint_interval,
+        inline_limit=inline_limit,
         max_commit_attempts=max_commit_attempts,
         target_file_size=target_file_size,
     )
@@ -125,11 +143,18 @@ class Database:
         *,
         create: bool = True,
         checkpoint_interval: int | None = None,
+        inline_limit: int | None = None,
         max_commit_attempts: int = DEFAULT_MAX_COMMIT_ATTEMPTS,
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     ) -> None:
         if checkpoint_interval is not None and checkpoint_interval < 1:
             raise InvalidArgument("checkpoint_interval must be at least 1")
+        properties = {
+            CHECKPOINT_INTERVAL_PROPERTY: str(checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL)
+        }
+        if inline_limit:
+            properties[INLINE_LIMIT_PROPERTY] = str(inline_limit)
+        check_database_properties(properties)
         self.store = store
         self.log = Log(store)
         self.max_commit_attempts = max_commit_attempts
@@ -144,7 +169,7 @@ class Database:
                     f"no mere database at {store.uri}",
                     help="connect with create=True to create one",
                 )
-            self._create(checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL)
+            self._create(properties)
         else:
             self._saw_committed(latest)
 
@@ -152,13 +177,13 @@ class Database:
     def uri(self) -> str:
         return self.store.uri
 
-    def _create(self, checkpoint_interval: int) -> None:
+    def _create(self, properties: dict[str, str]) -> None:
         now = int(time.time() * 1000)
+        # A first export or tag moves the database to format 2, turning inlining on to 3.
+        inlining = inline_limit(properties) > 0
         actions: list[Action] = [
-            Protocol(BASE_FORMAT_VERSION),  # a first export or tag moves it to 2
-            DatabaseMeta(
-                uuid.uuid4().hex, {CHECKPOINT_INTERVAL_PROPERTY: str(checkpoint_interval)}, now
-            ),
+            Protocol(INLINE_FORMAT_VERSION if inlining else BASE_FORMAT_VERSION),
+            DatabaseMeta(uuid.uuid4().hex, properties, now),
         ]
         # Losing this race means another client created the database at the same time: fine.
         committer = Committer(self.log, self.after_commit, max_attempts=1)

@@ -280,3 +280,19 @@ def test_describe_counts_inlined_files(inlining: mere.Database) -> None:
     db.table("t").append([{"id": 1, "s": "a"}])
     info = db.table("t").describe()
     assert info["inlined_files"] == 1 and info["inlined_bytes"] == info["size_bytes"] > 0
+
+
+def test_a_database_created_with_inline_limit_starts_at_format_3(db_uri: str) -> None:
+    db = mere.connect(db_uri, inline_limit=65536)
+    assert db.latest_state().protocol.format_version == 3
+    assert db.properties["inlineLimit"] == "65536"
+    db.create_table("t", SCHEMA)
+    db.table("t").append([{"id": 1, "s": "a"}])
+    assert objects(db) == [] and rows(db) == [(1, "a")]
+
+
+@pytest.mark.parametrize("limit", [-1, 2 * 1024 * 1024])
+def test_an_invalid_inline_limit_creates_nothing(tmp_path: Path, limit: int) -> None:
+    with pytest.raises(InvalidArgument, match="inlineLimit"):
+        mere.connect(tmp_path / "db", inline_limit=limit)
+    assert not (tmp_path / "db").exists()
