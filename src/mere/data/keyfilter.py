@@ -42,6 +42,7 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -348,6 +349,12 @@ class FilterCache:
             used += entry.blocks
         self._arena, self._used = arena, used
 
+    def reserve(self, blocks: int) -> None:
+        """Make room for ``blocks`` more blocks at once (filters about to be put together)."""
+        with self._lock:
+            if self._used + blocks > len(self._arena):
+                self._move(blocks)
+
     def mark_saved(self, store: ObjectStore, key: str) -> None:
         with self._lock:
             entry = self._entries.get((store.uri, key))
@@ -463,6 +470,38 @@ def load(store: ObjectStore, data_key: str) -> KeyFilter | None:
     return flt
 
 
+def load_many(
+    store: ObjectStore, data_keys: Sequence[str], *, threads: int = 8
+) -> list[KeyFilter | None]:
+    """:func:`load` for many files: the sidecars not cached are fetched in parallel
+    (``threads`` requests at a time) and cached together."""
+    found: list[KeyFilter | None] = [None] * len(data_keys)
+    missing: list[int] = []
+    for i, key in enumerate(data_keys):
+        if CACHE.get(store, key) is not None:
+            found[i] = load(store, key)
+        else:
+            missing.append(i)
+
+    def fetch(i: int) -> KeyFilter | None:
+        try:
+            return KeyFilter.from_bytes(store.get(sidecar_key(data_keys[i])))
+        except (StorageError, CorruptKeyFilter):  # absent, unreadable or not ours
+            return None
+
+    if len(missing) > 1:
+        with ThreadPoolExecutor(max_workers=min(threads, len(missing))) as pool:
+            fetched = list(pool.map(fetch, missing))
+    else:
+        fetched = [fetch(i) for i in missing]
+    CACHE.reserve(sum(len(f.words) for f in fetched if f is not None))
+    for i, flt in zip(missing, fetched, strict=True):
+        if flt is not None:
+            CACHE.put(store, data_keys[i], flt)
+            found[i] = flt
+    return found
+
+
 def remember(store: ObjectStore, data_key: str, flt: KeyFilter, *, sidecar: bool = True) -> None:
     """Cache the filter of a file not committed yet.
 
@@ -530,6 +569,7 @@ __all__ = [
     "key_hashes",
     "known",
     "load",
+    "load_many",
     "probe",
     "remember",
     "save",

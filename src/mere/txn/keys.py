@@ -211,7 +211,7 @@ def candidate_keys(
     for i, add in zip(unknown, admitted.take(unknown), strict=True):
         # An inlined file has no object, so no sidecar either: read it.
         (unfiltered if add.inline is not None else stored).append((add, data_keys[i]))
-    loaded = _load_filters(store, [key for _, key in stored])
+    loaded = keyfilter.load_many(store, [key for _, key in stored], threads=READ_THREADS)
     fresh: list[tuple[AddFile, str, keyfilter.KeyFilter]] = []
     for (add, key), found in zip(stored, loaded, strict=True):
         if found is None:
@@ -231,16 +231,6 @@ def candidate_keys(
     if not parts:
         return keys.slice(0, 0)
     return pa.concat_tables(parts)
-
-
-def _load_filters(store: ObjectStore, data_keys: Sequence[str]) -> list[keyfilter.KeyFilter | None]:
-    """The filters of committed data files (:func:`mere.data.keyfilter.load`), fetched in
-    parallel: a fresh process checking a table on an object store gets each sidecar in
-    one request, and the requests overlap."""
-    if len(data_keys) <= 1:
-        return [keyfilter.load(store, key) for key in data_keys]
-    with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(data_keys))) as pool:
-        return list(pool.map(lambda key: keyfilter.load(store, key), data_keys))
 
 
 def _scan_keys(

@@ -79,8 +79,9 @@ from mere.txn.keys import (
 log = logging.getLogger("mere.txn")
 
 #: A transaction keeps the key rows of the files it writes in memory, up to this
-#: many in all, so that its key checks need not read those files back.
-KEPT_KEY_ROWS = 1_000_000
+#: many bytes in all, so that its key checks need not read those files back (a
+#: statement holds the rows it writes in memory anyway, of which keys are a part).
+KEPT_KEY_BYTES = 256 * 1024 * 1024
 
 
 @dataclass
@@ -126,14 +127,20 @@ class _WriterKeys:
 
     keys: list[pa.Table] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    pure: bool = True  # only rows its own frame wrote (it absorbed no other writer)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _HeldKeys:
-    """Files this transaction wrote, and the key rows they hold between them."""
+    """Files this transaction wrote, and the key rows they hold between them.
+
+    ``owner`` is the frame whose statement wrote exactly these rows (None:
+    rows of several statements).
+    """
 
     paths: frozenset[str]
     keys: pa.Table
+    owner: _Frame | None = None
 
 
 class Stage:
@@ -170,7 +177,7 @@ class Stage:
         self._rewrites = False  # anything other than a plain append
         self._frames: list[_Frame] = [_Frame()]  # the bottom frame is the transaction itself
         self._held: dict[str, list[_HeldKeys]] = {}  # table id -> key rows of files written
-        self._held_rows = 0
+        self._held_bytes = 0
 
     # --- the namespace, as this transaction sees it -------------------------------
 
@@ -519,6 +526,7 @@ class Stage:
             else:
                 ours.keys += theirs.keys
                 ours.paths += theirs.paths + [a.path for a in absorbed]
+                ours.pure = False
 
     def _rollback(self, frame: _Frame) -> None:
         for table_id, writer in frame.writers.items():
@@ -561,31 +569,43 @@ class Stage:
             if written:  # published files (Spark, merge): their keys are read once, here
                 published = added_keys(self.store, meta, written).select(columns)
                 parts.append(published)
-                self._hold_keys(table_id, [], written, published)
+                self._hold_keys(table_id, [], written, published, owner=frame)
             new = pa.concat_tables(parts, promote_options="permissive") if parts else None
             if new is None or new.num_rows == 0:
                 continue
             refuse_duplicates(meta, duplicates_within(new), "among the rows written")
-            # Every live row is counted once, the new ones too: a key is a duplicate
-            # when a second row holds it.
-            counts = self._key_counts(table_id, meta, new)
-            duplicates = counts.filter(pc.greater(counts["count_all"], 1)).select(columns)
+            duplicates = self._duplicates(table_id, meta, new, frame)
             refuse_duplicates(meta, duplicates, "already in the table")
 
-    def _key_counts(self, table_id: str, meta: TableMeta, keys: pa.Table) -> pa.Table:
-        """How many live rows of the table, as this transaction sees it, hold each of ``keys``."""
+    def _duplicates(
+        self, table_id: str, meta: TableMeta, new: pa.Table, frame: _Frame
+    ) -> pa.Table:
+        """The keys of ``new`` (the statement's, each once) that two live rows hold.
+
+        Every live row is counted once, the new ones too. When the files this
+        statement wrote hold exactly its rows (the usual case), the new rows
+        need not be counted: a new key is a duplicate when any other row holds it.
+        """
         own, held, select = self._key_sources(table_id)
-        return key_counts(self.store, meta, [], keys, own=own, select=select, held=held)
+        mine = [h for h in held if h.owner is frame]
+        if mine and sum(h.keys.num_rows for h in mine) == new.num_rows:
+            others = [h.keys for h in held if h.owner is not frame]
+            return present_keys(self.store, meta, [], new, own=own, select=select, held=others)
+        counts = key_counts(
+            self.store, meta, [], new, own=own, select=select, held=[h.keys for h in held]
+        )
+        return counts.filter(pc.greater(counts["count_all"], 1)).select(new.column_names)
 
     def keys_present(self, table_id: str, keys: pa.Table) -> pa.Table:
         """The values of ``keys`` (the table's key columns) that live rows of the table hold."""
         own, held, select = self._key_sources(table_id)
         meta = self.meta(table_id)
-        return present_keys(self.store, meta, [], keys, own=own, select=select, held=held)
+        rows = [h.keys for h in held]
+        return present_keys(self.store, meta, [], keys, own=own, select=select, held=rows)
 
     def _key_sources(
         self, table_id: str
-    ) -> tuple[list[AddFile], list[pa.Table], Selector | None]:
+    ) -> tuple[list[AddFile], list[_HeldKeys], Selector | None]:
         """Where a table's live keys are: files this transaction wrote whose keys are not
         held (to read), the key rows it holds, and the snapshot's files (a selector)."""
         self.meta(table_id)
@@ -596,12 +616,18 @@ class Stage:
         return [a for p, a in own.items() if p not in covered], held, self._key_selector(table_id)
 
     def _hold_keys(
-        self, table_id: str, paths: Sequence[str], adds: Sequence[AddFile], keys: pa.Table
+        self,
+        table_id: str,
+        paths: Sequence[str],
+        adds: Sequence[AddFile],
+        keys: pa.Table,
+        *,
+        owner: _Frame | None,
     ) -> None:
         """Remember that the files ``paths`` and ``adds`` hold exactly the key rows ``keys``.
 
         A file written alone also gets its key filter, cached for the checks
-        that meet it committed. Rows are held up to :data:`KEPT_KEY_ROWS` per
+        that meet it committed. Rows are held up to :data:`KEPT_KEY_BYTES` per
         transaction; past that, the files are read when a check needs them.
         """
         staged = self._tables.get(table_id)
@@ -614,22 +640,22 @@ class Stage:
             return  # not the rows we think: leave the files to be read
         if len(every) == 1 and len(adds) == 1:
             remember_filter(self.store, self.meta(table_id), adds[0], keys)
-        if self._held_rows + keys.num_rows > KEPT_KEY_ROWS:
+        if self._held_bytes + keys.nbytes > KEPT_KEY_BYTES:
             return
-        self._held_rows += keys.num_rows
-        self._held.setdefault(table_id, []).append(_HeldKeys(frozenset(every), keys))
+        self._held_bytes += keys.nbytes
+        self._held.setdefault(table_id, []).append(_HeldKeys(frozenset(every), keys, owner))
 
     def _held_keys(
         self, table_id: str, live: Mapping[str, AddFile]
-    ) -> tuple[list[pa.Table], set[str]]:
+    ) -> tuple[list[_HeldKeys], set[str]]:
         """The held key rows of files that are all in ``live``, and the paths they cover."""
-        tables: list[pa.Table] = []
+        usable: list[_HeldKeys] = []
         covered: set[str] = set()
         for held in self._held.get(table_id, ()):
             if all(p in live for p in held.paths) and not held.paths & covered:
-                tables.append(held.keys)
+                usable.append(held)
                 covered |= held.paths
-        return tables, covered
+        return usable, covered
 
     def _key_selector(self, table_id: str) -> Selector | None:
         """The snapshot's live files a plan admits, chosen at once over its file columns.
@@ -678,7 +704,7 @@ class Stage:
         """The keys of ``added`` (held, else read) less those of the files ``removes``."""
         columns = key_columns(meta)
         held, covered = self._held_keys(table_id, added)
-        parts = [h.select(columns) for h in held]
+        parts = [h.keys.select(columns) for h in held]
         rest = [a for p, a in added.items() if p not in covered]
         if rest or not parts:
             parts.append(added_keys(self.store, meta, rest).select(columns))
@@ -700,7 +726,9 @@ class Stage:
             if writer is not None:
                 adds = self._finish_writer(table_id, writer, frames_above=level + 1, frame=frame)
                 if held is not None and held.keys:
-                    self._hold_keys(table_id, held.paths, adds, pa.concat_tables(held.keys))
+                    keys = pa.concat_tables(held.keys)
+                    owner = frame if held.pure else None
+                    self._hold_keys(table_id, held.paths, adds, keys, owner=owner)
 
     def _finish_writer(
         self,
