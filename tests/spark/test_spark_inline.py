@@ -162,6 +162,12 @@ def test_spark_writes_into_an_inlining_database_store_their_files(spark, uri, me
     assert new and all(f.inline is None for f in new)  # executors' files are objects
     assert db.table("t").scan(filter="id >= 1000").num_rows == 5
     assert same(spark_rows(mere.spark.read(spark, uri, "t")), mere_rows(db))
+    kept = [r for r in mere_rows(db) if r[0] < 60]  # stored; 60.. are inlined, 1000.. stored
+    with db.transaction() as tx:  # replaceWhere takes rows out of stored and inlined files
+        fresh = df.withColumn("id", df["id"] + 1000)
+        mere.spark.write(tx, fresh, "t", mode="overwrite", replace_where="id >= 60", method=method)
+    assert same([r for r in mere_rows(db) if r[0] < 60], kept)
+    assert sorted(r[0] for r in mere_rows(db) if r[0] >= 60) == list(range(2000, 2005))
     with db.transaction() as tx:  # an overwrite removes inlined files too
         mere.spark.write(tx, df, "t", mode="overwrite", method=method)
     assert kinds(db) == (len(db.snapshot().table("t").files), 0)
