@@ -11,8 +11,11 @@ Each measurement runs in a fresh Python process (``mere`` imported, then
 ``mere.connect(path, create=False).snapshot(...)`` timed): no state cache, no
 warm Python objects; the OS page cache is warm, as for any recently written
 log. The same process then opens a new Database object ``--inproc`` more
-times (warm imports, no mere cache). Also measured: time travel to version
-500 of the 10k databases.
+times (warm imports, no mere cache). Each open's process CPU time is
+recorded beside its wall time (on a busy machine, the steadier of the two).
+Also measured: time travel to version 500 of the largest databases. Each
+result is named by its database and open ("1000 commits, checkpoints,
+latest"), the key ``compare_versions.py`` reports it under.
 
 The baseline, side by side: an I/O floor -- one more process records every
 object the open reads (through a timing store) and then reads the same
@@ -70,20 +73,29 @@ def child_open(path: str, version: int | None, inproc: int) -> dict[str, Any]:
     import mere
 
     times = []
+    cpu = []  # process CPU time of the same opens: less at the mercy of a busy machine
     files = -1
     opened = -1
     budget = time.perf_counter() + 3.0  # slow opens (10k commits, no checkpoint): fewer repeats
     for i in range(1 + inproc):
         if i > 1 and time.perf_counter() > budget:
             break
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         db = mere.connect(path, create=False)
         snap = db.snapshot(version)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         opened = snap.version
         files = len(snap.table("t").files)
         db.close()
-    return {"first_s": times[0], "inproc_s": times[1:], "version": opened, "files": files}
+    return {
+        "first_s": times[0],
+        "inproc_s": times[1:],
+        "first_cpu_s": cpu[0],
+        "inproc_cpu_s": cpu[1:],
+        "version": opened,
+        "files": files,
+    }
 
 
 def child_count(path: str, version: int | None) -> dict[str, Any]:
@@ -171,12 +183,16 @@ def measure(path: Path, version: int | None, runs: int, inproc: int) -> dict[str
     counted = spawn(["--child-count", str(path), *vargs])
     fresh = [s["first_s"] for s in samples]
     warm = [t for s in samples for t in s["inproc_s"]]
+    fresh_cpu = [s["first_cpu_s"] for s in samples]
+    warm_cpu = [t for s in samples for t in s["inproc_cpu_s"]]
     return {
         "version": samples[0]["version"],
         "files": samples[0]["files"],
         "fresh_process_ms": [c.ms(t) for t in fresh],
         "fresh_process_median_ms": c.ms(c.median(fresh)),
         "in_process_median_ms": c.ms(c.median(warm)) if warm else float("nan"),
+        "fresh_process_cpu_median_ms": c.ms(c.median(fresh_cpu)),
+        "in_process_cpu_median_ms": c.ms(c.median(warm_cpu)) if warm_cpu else float("nan"),
         "objects_read": counted["objects_read"],
         "bytes_read": counted["bytes_read"],
         "requests": counted["requests"],
@@ -237,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         for label, version in cases:
             print(f"measuring {path.name} ({label}) ...", flush=True)
             r = measure(path, version, args.runs, args.inproc)
-            r.update(commits=n, checkpoints=ckpt, open=label)
+            kind = "checkpoints" if ckpt else "no checkpoint"
+            r.update(commits=n, checkpoints=ckpt, open=label, name=f"{n} commits, {kind}, {label}")
             results.append(r)
 
     print()
