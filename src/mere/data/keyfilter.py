@@ -416,30 +416,31 @@ def _probe_blocks(
     it may hold one of ``probe``'s keys, else 0.
 
     The arena and the masks are read as 64-bit words (two 32-bit words each): the
-    first is tested for every (filter, key) pair, which rules out all but about
-    2% of the pairs of absent keys, and the other three only for those left.
+    first is tested for every (filter, key) pair, which rules out all but a few
+    percent of the pairs of absent keys, and the other three only for those left.
+    Each key's block is computed once per distinct filter size (64-bit multiplies
+    are the slow part; files of one size, the common case, share them).
     """
-    wide = arena.view(np.uint64)  # (blocks x 4)
-    flat = wide.reshape(-1)
+    flat = arena.view(np.uint64).reshape(-1)  # 4 words per block
     masks = np.ascontiguousarray(probe.masks).view(np.uint64)  # (keys x 4)
     first = masks[:, 0]
     n = len(probe)
     out = np.zeros(len(offsets), dtype=np.int8)
     per = max(1, PROBE_PAIRS // n)
     for start in range(0, len(offsets), per):
-        count = np.asarray(counts[start : start + per], dtype=np.uint64)
-        offset = np.asarray(offsets[start : start + per], dtype=np.uint64)
-        index = np.multiply.outer(count, probe.selectors)
-        index >>= np.uint64(32)  # each key's block in each filter
-        index += offset[:, None]
-        index <<= np.uint64(2)  # its first 64-bit word in the arena
-        where = index.view(np.int64).reshape(-1)
-        words = np.take(flat, where).reshape(len(count), n)
+        sizes, size_of = np.unique(
+            np.asarray(counts[start : start + per], dtype=np.uint64), return_inverse=True
+        )
+        blocks = (np.multiply.outer(sizes, probe.selectors) >> np.uint64(32)).astype(np.int64)
+        where = blocks[size_of.reshape(-1)]  # (filters x keys): each key's block in each
+        where += np.asarray(offsets[start : start + per], dtype=np.int64)[:, None]
+        where <<= 2  # its first 64-bit word in the arena
+        words = np.take(flat, where)
         words &= first
         maybe = np.flatnonzero(words == first)
         if len(maybe) == 0:
             continue
-        rest = np.take(flat, where[maybe][:, None] + np.arange(1, 4))
+        rest = np.take(flat, where.reshape(-1)[maybe][:, None] + np.arange(1, 4))
         wanted = masks[maybe % n, 1:]
         held = ((rest & wanted) == wanted).all(axis=1)
         out[start + maybe[held] // n] = 1
