@@ -188,3 +188,24 @@ def test_views_and_spark_sql_over_inlined_files(spark, uri):
         assert tx.sql("SELECT count(*) FROM t WHERE id >= 60").collect()[0][0] == 16
         tx.sql("DELETE FROM t WHERE id IN (1, 61)")
     assert len(mere_rows(db)) == 74
+
+
+@pytest.mark.parametrize("method", ["native", "datasource"])
+def test_inlined_files_of_older_schemas(spark, uri, method):
+    """Inlined files written before a rename, a widening and an added column read as stored ones."""
+    db = mere.connect(uri)
+    db.sql("CREATE TABLE t (k INTEGER, v DOUBLE, s VARCHAR) PARTITIONED BY (s)")
+    db.sql("INSERT INTO t SELECT range, range / 2, 'a' FROM range(3000)")  # stored
+    db.set_properties({"inlineLimit": "4000"})
+    db.sql("INSERT INTO t VALUES (-1, 'NaN'::DOUBLE, 'b'), (-2, NULL, NULL)")  # inlined
+    db.sql("ALTER TABLE t RENAME COLUMN v TO amount")
+    db.sql("ALTER TABLE t ALTER COLUMN k TYPE BIGINT")
+    db.sql("ALTER TABLE t ADD COLUMN extra VARCHAR")
+    db.sql("INSERT INTO t VALUES (1099511627776, 5, 'b', 'x')")  # inlined
+    assert kinds(db) == (1, 3)
+    df = mere.spark.read(spark, uri, "t", method=method)
+    expected = sorted(tuple(r.values()) for r in db.table("t").scan().to_pylist() if r["k"] < 0)
+    assert df.schema.names == ["k", "amount", "s", "extra"]
+    got = sorted(tuple(r) for r in df.where("k < 0 OR extra IS NOT NULL").collect())
+    assert repr(got) == repr(sorted([*expected, (1099511627776, 5.0, "b", "x")]))
+    assert df.where("amount <> 5 AND k < 0").count() == 1  # the NaN row, inlined
