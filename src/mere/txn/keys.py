@@ -8,15 +8,17 @@ does not trip over itself), and the committer's conflict check asks a
 :class:`KeyProbe` whether a winning commit added one of the keys this
 transaction inserts.
 
-Reading is pruned by the files' statistics on the first key column (the
-range of the keys looked for), then by each committed file's key filter
+Reading is pruned by the files' statistics on the first key column (for
+integer keys: the files whose range holds one of the keys looked for; else
+the range of all of them), then by each committed file's key filter
 (:mod:`mere.data.keyfilter`: a file whose filter holds none of the keys is
-not read), and only the key columns are read. A committed file without a
-filter has its whole key columns read once, and its filter built and saved
-as a sidecar for every later check. The transaction's own files are always
-read (they may yet be rolled back); when it commits, :func:`added_keys`
-reads its files' keys for the conflict check and keeps their filters, so the
-next check in this process reads none of them.
+not read; the cached filters of all candidates are probed at once), and only
+the key columns are read. A committed file without a filter has its whole
+key columns read once, and its filter built and saved as a sidecar for every
+later check. The transaction's own files are read only when the stage does
+not hold their key rows (it keeps those of the files it writes, and builds
+their filters from them: :func:`remember_filter`); the keys a commit inserts
+are worked out only when a winner adds files to the table (:class:`KeyProbe`).
 """
 
 from __future__ import annotations
