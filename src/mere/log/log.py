@@ -160,8 +160,10 @@ class Log:
                 versions below and above it exist (a gap in the log).
         """
         key = commit_key(version)
-        with self._winners_lock:
-            data = self._winners.pop(version, None)
+        data = None
+        if self._winners:  # empty but after a lost race: no lock for a replay's thousand reads
+            with self._winners_lock:
+                data = self._winners.pop(version, None)
         if data is None:
             try:
                 data = self.store.get(key)
