@@ -843,10 +843,17 @@ class Stage:
         """After a commit: delete the files this transaction wrote that it does not add."""
         live = {(a.table_id, a.path) for a in committed if isinstance(a, AddFile)}
         self._delete([w for w in self.written_files() if w not in live])
+        self._release_keys()
 
     def delete_written(self) -> None:
         """After an abort or a definite failure: delete every file this transaction wrote."""
         self._delete(self.written_files())
+        self._release_keys()
+
+    def _release_keys(self) -> None:
+        """The transaction is over: the key rows it held are no longer needed."""
+        self._held.clear()
+        self._held_bytes = 0
 
     def _delete(self, files: Sequence[tuple[str, str]]) -> None:
         for table_id, path in files:
