@@ -245,9 +245,11 @@ class Database:
             self.log.write_latest_hint(state.version)
         if state.version > 0 and state.version % self.checkpoint_interval(state) == 0:
             self._write_checkpoint(state)
-            from mere.maintain.inline import flush_after_checkpoint
+            if state.protocol.format_version >= INLINE_FORMAT_VERSION:  # else nothing is inlined
+                # Imported here, and only here: mere.maintain costs ~60 ms to import.
+                from mere.maintain.inline import flush_after_checkpoint
 
-            flush_after_checkpoint(self, state)
+                flush_after_checkpoint(self, state)
 
     @property
     def properties(self) -> dict[str, str]:
