@@ -317,7 +317,7 @@ def test_writers_killed_at_random_moments_and_inside_flushes(
                     str(ack_paths[-1]),
                     ready,
                     held,
-                    rng.randint(1, 2),
+                    1,  # a flush of this unpartitioned table uploads one file
                     name=f"round {round_} writer {w}",
                 )
             )

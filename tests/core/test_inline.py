@@ -15,6 +15,7 @@ import mere
 from mere.errors import CorruptLog, FormatVersionError, InvalidArgument
 from mere.log import actions
 from mere.log.keys import commit_key
+from mere.maintain import inline as inline_module
 from mere.maintain.inline import flush_inlined, inlined_bytes
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("s", pa.string())])
@@ -141,23 +142,24 @@ def test_vacuum_and_check_leave_inlined_files_alone(inlining: mere.Database) -> 
     assert rows(db) == [(1, "a")]
 
 
-def test_flush_moves_the_same_bytes_to_data_files(inlining: mere.Database) -> None:
-    db = inlining
-    for i in range(3):
-        db.table("t").append([{"id": i, "s": str(i)}])
+def test_flush_moves_inlined_rows_into_one_data_file_per_partition(db: mere.Database) -> None:
+    db.create_table("p", SCHEMA, partition_by=["s"])
+    db.set_properties({"inlineLimit": "65536"})
+    for i in range(6):
+        db.table("p").append([{"id": i, "s": "ab"[i % 2]}])
+    db.table("p").delete("id = 2")
     state = db.latest_state()
     (table_id,) = inlined_bytes(state)
-    inlined = {a.path: a for a in state.tables[table_id].files.values()}
     version = flush_inlined(db, bound=0)
     assert version == db.version
     assert flush_inlined(db, bound=0) is None  # nothing left to move
     assert inlined_bytes(db.latest_state()) == {}
     moved = list(db.latest_state().tables[table_id].files.values())
-    assert len(moved) == 3 and all(a.inline is None and not a.data_change for a in moved)
-    assert sorted(
-        db.store.get(db.latest_state().tables[table_id].meta.prefix + a.path) for a in moved
-    ) == sorted(a.inline for a in inlined.values())
-    assert rows(db) == [(0, "0"), (1, "1"), (2, "2")]
+    assert sorted(a.partition_values["s"] for a in moved) == ["a", "b"]
+    assert all(a.inline is None and not a.data_change for a in moved)
+    assert len(objects(db)) == 2
+    assert rows(db, "p") == [(0, "a"), (1, "b"), (3, "b"), (4, "a"), (5, "b")]
+    assert db.table("p").scan(filter="s = 'b'").column("id").to_pylist() == [1, 3, 5]  # in order
     assert db.history(1)[0]["operation"] == "FLUSH INLINED"
 
 
@@ -296,3 +298,25 @@ def test_an_invalid_inline_limit_creates_nothing(tmp_path: Path, limit: int) -> 
     with pytest.raises(InvalidArgument, match="inlineLimit"):
         mere.connect(tmp_path / "db", inline_limit=limit)
     assert not (tmp_path / "db").exists()
+
+
+def test_a_flush_conflicts_with_rows_appended_while_it_runs(
+    inlining: mere.Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its new file would land after those rows: the table's order would change."""
+    db = inlining
+    for i in range(3):
+        db.table("t").append([{"id": i, "s": str(i)}])
+    rewrite = inline_module.rewrite
+
+    def append_meanwhile(*args: object, **kwargs: object) -> object:
+        db.table("t").append([{"id": 3, "s": "3"}])
+        return rewrite(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(inline_module, "rewrite", append_meanwhile)
+    with pytest.raises(mere.ConflictError):
+        flush_inlined(db, bound=0)
+    monkeypatch.undo()
+    assert objects(db) == []  # the aborted flush deleted what it wrote
+    assert flush_inlined(db, bound=0) is not None
+    assert db.table("t").scan().column("id").to_pylist() == [0, 1, 2, 3]

@@ -157,7 +157,7 @@ def test_a_concurrent_append_survives_compaction(
     db = mere.connect(db_uri)
     ids = small_files(db, 4)
     other = mere.connect(db_uri)
-    rewrite = compact_module._rewrite
+    rewrite = compact_module.rewrite
 
     def append_meanwhile(*args: Any, **kwargs: Any) -> Any:
         if not appended:
@@ -166,7 +166,7 @@ def test_a_concurrent_append_survives_compaction(
         return rewrite(*args, **kwargs)
 
     appended: list[bool] = []
-    monkeypatch.setattr(compact_module, "_rewrite", append_meanwhile)
+    monkeypatch.setattr(compact_module, "rewrite", append_meanwhile)
     result = db.table("events").compact()
     assert result.version == result.read_version + 2  # rebased over the append
     assert ids_of(db.table("events")) == [*ids, 1000, 1001]
@@ -179,7 +179,7 @@ def test_a_concurrent_delete_of_the_same_file_makes_compaction_conflict(
     db = mere.connect(db_uri)
     ids = small_files(db, 4)
     other = mere.connect(db_uri)
-    rewrite = compact_module._rewrite
+    rewrite = compact_module.rewrite
     written: list[str] = []
 
     def delete_meanwhile(*args: Any, **kwargs: Any) -> Any:
@@ -189,7 +189,7 @@ def test_a_concurrent_delete_of_the_same_file_makes_compaction_conflict(
         written.extend(f.path for f in new)
         return new
 
-    monkeypatch.setattr(compact_module, "_rewrite", delete_meanwhile)
+    monkeypatch.setattr(compact_module, "rewrite", delete_meanwhile)
     version = db.version
     with pytest.raises(ConcurrentDeleteDelete):
         db.table("events").compact()

@@ -115,7 +115,7 @@ def compact(
                     f"compact's where may only name partition columns of {meta.name!r} "
                     f"({list(meta.partition_columns)}), not {sorted(outside)}"
                 )
-        partitions = _by_partition(meta, files)
+        partitions = by_partition(meta, files)
         result = CompactResult(meta.name, tx.read_version, tx.read_version)
         result.partitions = len(partitions)
         bins = [
@@ -125,7 +125,7 @@ def compact(
         ]
         with progress(f"compacting {meta.name}", sum(len(g) for _, g in bins)) as advance:
             for values, group in bins:
-                new = _rewrite(
+                new = rewrite(
                     db,
                     meta,
                     group,
@@ -205,7 +205,7 @@ def _target_size(db: DatabaseContext, meta: TableMeta, explicit: int | None) -> 
     return int(db.target_file_size)
 
 
-def _by_partition(
+def by_partition(
     meta: TableMeta, files: list[AddFile]
 ) -> list[tuple[dict[str, str | None], list[AddFile]]]:
     """Files grouped by partition, partitions in a stable order."""
@@ -235,7 +235,7 @@ def _bins(files: list[AddFile], target: int) -> list[list[AddFile]]:
     return [b for b in bins if len(b) > 1]
 
 
-def _rewrite(
+def rewrite(
     db: DatabaseContext,
     meta: TableMeta,
     group: list[AddFile],

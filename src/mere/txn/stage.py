@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -263,6 +263,16 @@ class Stage:
                 )
             )
         return plan, chosen + plan.select(own)
+
+    def note_whole_table_read(self, table_id: str, paths: Iterable[str]) -> None:
+        """Record a read of every row of a table, ``paths`` being the files that held them.
+
+        At isolation ``serializable`` every file a concurrent commit adds to
+        the table then conflicts (a flush of inlined files keeps the table's
+        row order so: it never lands after rows appended while it ran).
+        """
+        meta = self.meta(table_id)
+        self.reads.reads.append(ReadRecord(table_id, meta.name, frozenset(paths), None))
 
     # --- table-level changes ---------------------------------------------------------
 
@@ -530,9 +540,7 @@ class Stage:
 
     def _rollback(self, frame: _Frame) -> None:
         for table_id, writer in frame.writers.items():
-            frame.written.extend(
-                (table_id, a.path) for a in writer.finish() if a.inline is None
-            )
+            frame.written.extend((table_id, a.path) for a in writer.finish() if a.inline is None)
         for table_id, saved in frame.tables.items():
             if saved is None:
                 self._tables.pop(table_id, None)
@@ -577,9 +585,7 @@ class Stage:
             duplicates = self._duplicates(table_id, meta, new, frame)
             refuse_duplicates(meta, duplicates, "already in the table")
 
-    def _duplicates(
-        self, table_id: str, meta: TableMeta, new: pa.Table, frame: _Frame
-    ) -> pa.Table:
+    def _duplicates(self, table_id: str, meta: TableMeta, new: pa.Table, frame: _Frame) -> pa.Table:
         """The keys of ``new`` (the statement's, each once) that two live rows hold.
 
         Every live row is counted once, the new ones too. When the files this
@@ -603,9 +609,7 @@ class Stage:
         rows = [h.keys for h in held]
         return present_keys(self.store, meta, [], keys, own=own, select=select, held=rows)
 
-    def _key_sources(
-        self, table_id: str
-    ) -> tuple[list[AddFile], list[_HeldKeys], Selector | None]:
+    def _key_sources(self, table_id: str) -> tuple[list[AddFile], list[_HeldKeys], Selector | None]:
         """Where a table's live keys are: files this transaction wrote whose keys are not
         held (to read), the key rows it holds, and the snapshot's files (a selector)."""
         self.meta(table_id)

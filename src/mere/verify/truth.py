@@ -216,18 +216,12 @@ def read_truth(store: ObjectStore, workload: Workload) -> LogTruth:
                 removed.setdefault((a.table_id, tuple(rows)), []).append(file_id)
                 for k in dict.fromkeys(r[0] for r in rows):
                     touched.add((table.meta.name, k))
+        # A flush of inlined files (dataChange=false) removes them and adds their rows
+        # in new files at the end of the table's files, as any commit does: when that
+        # keeps every key's values (and their order), the version is a rearrangement.
         for name, file_id in added:
-            rows = rows_of[file_id]
-            twins = removed.get((file_id[0], tuple(rows)), []) if rearranged else []
-            twin = twins.pop(0) if twins else None
-            for k in dict.fromkeys(r[0] for r in rows):
-                files = live.setdefault((name, k), {})
-                if twin is not None and twin in files:
-                    # The same rows under a new path (a flush of inlined files): the file
-                    # takes the place of its twin, so the key's append order is kept.
-                    live[(name, k)] = {file_id if f == twin else f: None for f in files}
-                else:
-                    files[file_id] = None
+            for k in dict.fromkeys(r[0] for r in rows_of[file_id]):
+                live.setdefault((name, k), {})[file_id] = None
                 touched.add((name, k))
         for (_, removed_rows), gone in removed.items():
             for file_id in gone:
