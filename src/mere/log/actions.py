@@ -499,6 +499,8 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
 
 def _inline(body: dict[str, Any], size: int) -> bytes | None:
     """An add's inlined Parquet bytes (standard base64 of exactly ``size`` bytes), if any."""
+    if "inline" not in body:
+        return None  # the usual case, on every add decoded
     text = _get(body, "inline", str, optional=True)
     if text is None:
         return None
