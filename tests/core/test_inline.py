@@ -341,3 +341,19 @@ def test_a_flush_gives_up_when_a_stored_file_lands_meanwhile(
         flush_inlined(db, bound=0)
     assert len(objects(db)) == len(stored) + 1  # the big file; the flush's own is deleted
     assert db.table("t").scan().num_rows == 5003
+
+
+def test_a_flush_of_unknown_outcome_keeps_the_files_it_wrote(
+    inlining: mere.Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its commit may have landed: deleting the files could break the table."""
+    db = inlining
+    db.table("t").append([{"id": 1, "s": "a"}])
+
+    def unknown(*args: object) -> int:
+        raise mere.CommitOutcomeUnknown("lost answer", version=db.version + 1, commit_id="x")
+
+    monkeypatch.setattr(inline_module, "_commit", unknown)
+    with pytest.raises(mere.CommitOutcomeUnknown):
+        flush_inlined(db, bound=0)
+    assert len(objects(db)) == 1

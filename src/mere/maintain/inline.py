@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere.data.writer import new_data_file_path
-from mere.errors import ConflictError, MereError
+from mere.errors import CommitOutcomeUnknown, ConflictError, MereError
 from mere.log.actions import AddFile, TableMeta
 from mere.log.columns import INLINE, PATH, SIZE
 from mere.maintain.compact import by_partition, rewrite
@@ -111,6 +111,8 @@ def flush_inlined(db: DatabaseContext, bound: int | None = None) -> int | None:
             except ConflictError:
                 if attempt == CATCH_UP_ATTEMPTS:
                     raise
+    except CommitOutcomeUnknown:
+        raise  # the commit may have landed: its files must stay
     except Exception:
         # (A BaseException, e.g. a simulated crash, leaves the files to vacuum.)
         for move in moves:
