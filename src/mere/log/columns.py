@@ -169,6 +169,11 @@ class FileLayout:
         return tuple(n for n in names if n in self.schema.names)
 
     def empty(self) -> pa.Table:
+        """A table of no files in this layout (built once: tables are immutable)."""
+        return self._empty
+
+    @cached_property
+    def _empty(self) -> pa.Table:
         return self.schema.empty_table()
 
     def conform(self, table: pa.Table, names: Sequence[str] | None = None) -> pa.Table:
