@@ -282,6 +282,12 @@ def test_describe_counts_inlined_files(inlining: mere.Database) -> None:
     db.table("t").append([{"id": 1, "s": "a"}])
     info = db.table("t").describe()
     assert info["inlined_files"] == 1 and info["inlined_bytes"] == info["size_bytes"] > 0
+    db.set_properties({"inlineLimit": "0"})
+    db.table("t").append([{"id": 2, "s": "b"}])
+    db.checkpoint()  # a fresh connection reads the files as columns, not objects
+    again = mere.connect(db.store, create=False).table("t").describe()
+    assert (again["files"], again["inlined_files"]) == (2, 1)
+    assert again["inlined_bytes"] == info["inlined_bytes"] < again["size_bytes"]
 
 
 def test_a_database_created_with_inline_limit_starts_at_format_3(db_uri: str) -> None:

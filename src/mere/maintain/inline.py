@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from mere.data.writer import new_data_file_path
 from mere.errors import CommitOutcomeUnknown, ConflictError, MereError
 from mere.log.actions import AddFile, TableMeta
-from mere.log.columns import INLINE, PATH, SIZE
+from mere.log.columns import INLINE, PATH
 from mere.maintain.compact import by_partition, rewrite
 from mere.properties import inline_flush_bytes
 from mere.snapshot.state import DatabaseState
@@ -51,11 +51,9 @@ def inlined_bytes(state: DatabaseState) -> dict[str, int]:
     """The inlined bytes each table (by id) holds at ``state`` (tables without any left out)."""
     found = {}
     for table_id, table in state.tables.items():
-        columns = table.live.columns([SIZE, INLINE])
-        inlined = pc.is_valid(columns.column(INLINE))
-        total = pc.sum(pc.if_else(inlined, columns.column(SIZE), 0)).as_py() or 0
-        if total:
-            found[table_id] = total
+        _, size = table.live.inlined()
+        if size:
+            found[table_id] = size
     return found
 
 

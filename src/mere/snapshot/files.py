@@ -538,6 +538,20 @@ class LiveFiles(Mapping[str, AddFile]):
     def size(self) -> int:
         return self.total(SIZE)
 
+    def inlined(self) -> tuple[int, int]:
+        """How many live files are inlined in the log (format §2.5), and their bytes."""
+        if self.num_files == 0:
+            return 0, 0
+        with self._lock:
+            if self._objects_only():
+                sizes = [a.size for a in self._pending.values() if a.inline is not None]
+                return len(sizes), sum(sizes)
+        columns = self.columns([SIZE, INLINE])
+        inlined = pc.is_valid(columns.column(INLINE))
+        count = pc.sum(inlined.cast(pa.int64())).as_py() or 0
+        size = pc.sum(pc.if_else(inlined, columns.column(SIZE), 0)).as_py() or 0
+        return int(count), int(size)
+
     # --- objects ----------------------------------------------------------------------
 
     def take(

@@ -7,12 +7,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from mere.constraints import primary_key
 from mere.errors import TableNotFound
 from mere.log.actions import AddFile, TableMeta
-from mere.log.columns import INLINE, SIZE
 from mere.names import check_table_name
 from mere.snapshot.planning import select_files
 from mere.snapshot.scan import plan_scan, scan_batches, scan_files
@@ -164,6 +162,7 @@ class TableSnapshot:
 def describe_table(state: TableState, version: int) -> dict[str, Any]:
     """A JSON-friendly description of a table (for ``describe`` and the CLI)."""
     meta = state.meta
+    inlined_files, inlined_bytes = state.live.inlined()
     return {
         "name": meta.name,
         "id": meta.id,
@@ -178,15 +177,6 @@ def describe_table(state: TableState, version: int) -> dict[str, Any]:
         "files": len(state.files),
         "rows": state.rows,
         "size_bytes": state.size,
-        **_inlined(state),
-    }
-
-
-def _inlined(state: TableState) -> dict[str, int]:
-    """How many of the table's files, and bytes, are inlined in the log (format §2.5)."""
-    columns = state.live.columns([SIZE, INLINE])
-    inlined = pc.is_valid(columns.column(INLINE))
-    return {
-        "inlined_files": pc.sum(inlined.cast(pa.int64())).as_py() or 0,
-        "inlined_bytes": pc.sum(pc.if_else(inlined, columns.column(SIZE), 0)).as_py() or 0,
+        "inlined_files": inlined_files,
+        "inlined_bytes": inlined_bytes,
     }
