@@ -19,6 +19,7 @@ Uploads stay on the calling thread, in row order, after each wave of slices.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import time
 import uuid
@@ -30,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pyarrow.types as pat
 
 from mere.data.values import MAX_STAT_STRING, partition_text, stat_to_json
 from mere.errors import InvalidKey, ObjectNotFound, StorageError
@@ -403,33 +405,102 @@ def new_data_file_path(partition_values: Mapping[str, str | None]) -> str:
     return f"{directory}part-{uuid.uuid4().hex}.parquet"
 
 
+#: A piece of at most this many rows gets its statistics from Python values
+#: (one conversion per column) rather than from compute kernels, whose fixed
+#: cost per call is most of a small commit's statistics time.
+SMALL_PIECE_ROWS = 16
+
+
 def _update_stats(stats: dict[str, _ColumnStats], part: pa.Table) -> None:
+    small = part.num_rows <= SMALL_PIECE_ROWS
     for name, s in stats.items():
         col = part.column(name)
-        s.nulls += col.null_count
-        if pa.types.is_floating(col.type):
-            # min/max leave NaN out; the count tells readers whether NaN (which
-            # sorts above every number) may be there.
-            s.nans = (s.nans or 0) + (pc.sum(pc.is_nan(col)).as_py() or 0)
-        if not s.exact or not has_statistics(col.type) or col.null_count == len(col):
-            continue
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-            s.from_footer = True  # see _footer_string_bounds
-            continue
-        mm = pc.min_max(col)
-        lo, hi = stat_to_json(mm["min"]), stat_to_json(mm["max"])
-        if lo is None or hi is None:
+        if not (small and _update_small_column(s, col)):
+            _update_column(s, col)
+
+
+def _update_column(s: _ColumnStats, col: pa.ChunkedArray) -> None:
+    s.nulls += col.null_count
+    if pa.types.is_floating(col.type):
+        # min/max leave NaN out; the count tells readers whether NaN (which
+        # sorts above every number) may be there.
+        s.nans = (s.nans or 0) + (pc.sum(pc.is_nan(col)).as_py() or 0)
+    if not s.exact or not has_statistics(col.type) or col.null_count == len(col):
+        return
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        s.from_footer = True  # see _footer_string_bounds
+        return
+    mm = pc.min_max(col)
+    lo, hi = stat_to_json(mm["min"]), stat_to_json(mm["max"])
+    if lo is None or hi is None:
+        s.exact = False
+        return
+    try:
+        lo_v, hi_v = mm["min"].as_py(), mm["max"].as_py()
+    except (OverflowError, ValueError):  # beyond Python's dates (year 9999)
+        s.exact = False
+        return
+    _widen(s, lo_v, lo, hi_v, hi)
+
+
+def _widen(s: _ColumnStats, lo_v: Any, lo: Any, hi_v: Any, hi: Any) -> None:
+    if s.min is None or lo_v < s.min[0]:
+        s.min = (lo_v, lo)
+    if s.max is None or hi_v > s.max[0]:
+        s.max = (hi_v, hi)
+
+
+def _update_small_column(s: _ColumnStats, col: pa.ChunkedArray) -> bool:
+    """``_update_column`` for a few rows, from Python values: False if it cannot.
+
+    The results are the same as the kernels': min/max of the non-null values,
+    NaN left out of them (values that are all NaN leave the file without
+    bounds, as a NaN bound would), the first of equal
+    values kept (``-0.0`` and ``0.0``), and no bounds once one is infinite.
+    It declines the types whose Python values are not exact (float16,
+    nanosecond timestamps) or that have no statistics, before changing ``s``.
+    """
+    t = col.type
+    floating = pat.is_floating(t)
+    temporal = pat.is_date(t) or pat.is_timestamp(t) or pat.is_decimal(t)
+    if not (floating or temporal or pat.is_integer(t) or pat.is_boolean(t) or _is_text(t)):
+        return False
+    if pat.is_float16(t) or (pat.is_timestamp(t) and t.unit == "ns"):
+        return False
+    try:
+        values = col.to_pylist()
+    except (OverflowError, ValueError):  # beyond Python's dates: the kernels decide
+        return False
+    s.nulls += col.null_count
+    present = [v for v in values if v is not None]
+    if floating:
+        numbers = [v for v in present if v == v]
+        s.nans = (s.nans or 0) + len(present) - len(numbers)
+        if present and not numbers:  # only NaN: the kernels' bounds would be NaN
             s.exact = False
-            continue
-        try:
-            lo_v, hi_v = mm["min"].as_py(), mm["max"].as_py()
-        except (OverflowError, ValueError):  # beyond Python's dates (year 9999)
+        present = numbers
+    if not s.exact or not present:
+        return True
+    if _is_text(t):
+        s.from_footer = True  # see _footer_string_bounds
+        return True
+    lo_v, hi_v = min(present), max(present)
+    if floating:
+        if not (math.isfinite(lo_v) and math.isfinite(hi_v)):
             s.exact = False
-            continue
-        if s.min is None or lo_v < s.min[0]:
-            s.min = (lo_v, lo)
-        if s.max is None or hi_v > s.max[0]:
-            s.max = (hi_v, hi)
+            return True
+        lo, hi = float(lo_v), float(hi_v)
+    elif temporal:
+        texts = pc.cast(col, pa.string()).to_pylist()  # the canonical text (values.to_text)
+        lo, hi = texts[values.index(lo_v)], texts[values.index(hi_v)]
+    else:
+        lo, hi = lo_v, hi_v
+    _widen(s, lo_v, lo, hi_v, hi)
+    return True
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return bool(pat.is_string(t) or pat.is_large_string(t))
 
 
 def _stats_json(rows: int, stats: dict[str, _ColumnStats]) -> dict[str, Any]:
