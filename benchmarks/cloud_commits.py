@@ -10,7 +10,9 @@ one run:
 * ``mere append``: ``db.table("t").append([row])`` -- one transaction, one
   data file, one commit; with ``--inline on`` the data file is inlined in the
   commit (``inlineLimit``) -- by 1, 4 and 8 writer processes (``forkserver``)
-  on one database, each appending for a fixed duration. Latency is per
+  on one database, each appending for a fixed duration, all to table ``t``
+  (``--tables shared``, the default) or each to a table of its own
+  (``--tables own``). Latency is per
   acknowledged commit, including any lost races and rebases; commits/s is
   the acknowledged commits of all writers over the window.
 
@@ -131,11 +133,17 @@ def request_split(backend: str, endpoint: str, inline: bool, commits: int = 60) 
     }
 
 
+def table_of(worker: int, tables: str) -> str:
+    """The table a writer appends to: ``t`` for all (``tables="shared"``) or its own."""
+    return "t" if tables == "shared" else f"t{worker}"
+
+
 def writer(
     backend: str,
     endpoint: str,
     prefix: str,
     worker: int,
+    table: str,
     duration: float,
     barrier: Any,
     results: Any,
@@ -155,7 +163,7 @@ def writer(
     try:
         store = open_store(backend, endpoint, prefix)
         db = mere.connect(store, create=False)
-        db.table("t").schema  # noqa: B018  (open connections, read the log once)
+        db.table(table).schema  # noqa: B018  (open connections, read the log once)
         barrier.wait(BARRIER_TIMEOUT)
         latencies: list[float] = []
         versions: list[int] = []
@@ -170,7 +178,7 @@ def writer(
             i += 1
             t0 = time.perf_counter()
             try:
-                version = db.table("t").append([make_row(row_id)])
+                version = db.table(table).append([make_row(row_id)])
             except ConflictError as exc:
                 conflicts.append(f"{type(exc).__name__}: {exc}")
                 continue
@@ -197,18 +205,31 @@ def writer(
 
 
 def run_writers(
-    ctx: Any, backend: str, endpoint: str, writers: int, duration: float, inline: bool
+    ctx: Any,
+    backend: str,
+    endpoint: str,
+    writers: int,
+    duration: float,
+    inline: bool,
+    tables: str = "shared",
 ) -> dict[str, Any]:
     """``writers`` processes appending to one fresh database; figures and checks."""
     prefix = f"w{writers}-{uuid.uuid4().hex[:12]}"
     db = new_database(open_store(backend, endpoint, prefix), inline)
+    names = sorted({table_of(w, tables) for w in range(writers)})
+    for name in names:
+        if name != "t":
+            db.create_table(name, c.BASELINE_SCHEMA)
     start_version = db.version
     db.close()
 
     barrier = ctx.Barrier(writers)
     results = ctx.Queue()
     procs = [
-        ctx.Process(target=writer, args=(backend, endpoint, prefix, w, duration, barrier, results))
+        ctx.Process(
+            target=writer,
+            args=(backend, endpoint, prefix, w, table_of(w, tables), duration, barrier, results),
+        )
         for w in range(writers)
     ]
     for p in procs:
@@ -253,8 +274,8 @@ def run_writers(
     )
     # From version 0: nothing is expired in a fresh database.
     dense = listed == list(range(0, latest + 1))
-    rows = db.table("t").scan(columns=["id"])
-    row_ids = set(rows.column("id").to_pylist())
+    row_list = [i for n in names for i in db.table(n).scan(columns=["id"]).column("id").to_pylist()]
+    row_ids = set(row_list)
     db.close()
     checks = {
         "versions_dense": dense,
@@ -262,16 +283,19 @@ def run_writers(
         "acknowledged_versions_are_start_plus_1_to_n": sorted(versions)
         == list(range(start_version + 1, start_version + commits + 1)),
         "latest_equals_start_plus_commits": latest == start_version + commits,
-        "row_count_equals_commits": rows.num_rows == commits,
+        "row_count_equals_commits": len(row_list) == commits,
         "row_ids_equal_acknowledged": row_ids == ids,
     }
+    per_writer = [len(o["versions"]) for o in sorted(outs, key=lambda o: o["worker"])]
     return {
         "writers": writers,
         "inline": inline,
+        "tables": tables,
         "duration_s": window,
         "commits": commits,
         "commits_per_second": commits / window,
-        "per_writer_commits": [len(o["versions"]) for o in sorted(outs, key=lambda o: o["worker"])],
+        "per_writer_commits": per_writer,
+        "min_per_writer": min(per_writer),
         "latency": summarize(latencies),
         "lost_races": sum(o["lost_races"] for o in outs),
         "conflicts": [x for o in outs for x in o["conflicts"]],
@@ -279,7 +303,7 @@ def run_writers(
         "store_retries": retries,
         "start_version": start_version,
         "latest_version": latest,
-        "rows": rows.num_rows,
+        "rows": len(row_list),
         "checks": checks,
     }
 
@@ -298,6 +322,13 @@ def main() -> None:
         choices=["off", "on"],
         help="data files stored as objects (off) and/or inlined in commits (on)",
     )
+    parser.add_argument(
+        "--tables",
+        default="shared",
+        choices=["shared", "own"],
+        help="writers append to one table t (shared) or each to a table of its own",
+    )
+    parser.add_argument("--skip-split", action="store_true", help="skip the requests per commit")
     parser.add_argument("--json", default=None, help="results path (default benchmarks/results)")
     args = parser.parse_args()
 
@@ -323,7 +354,7 @@ def main() -> None:
                 flush=True,
             )
             splits = {}
-            for mode in args.inline:
+            for mode in args.inline if not args.skip_split else []:
                 split = request_split(backend, server.endpoint, mode == "on")
                 splits[mode] = split
                 print(
@@ -339,7 +370,9 @@ def main() -> None:
             runs = []
             for w in args.writers:
                 for mode in args.inline:
-                    run = run_writers(ctx, backend, server.endpoint, w, args.duration, mode == "on")
+                    run = run_writers(
+                        ctx, backend, server.endpoint, w, args.duration, mode == "on", args.tables
+                    )
                     runs.append(run)
             for run in runs:
                 w, mode = run["writers"], "on" if run["inline"] else "off"
@@ -348,7 +381,8 @@ def main() -> None:
                 print(
                     f"  {w} writer(s), inline {mode}: {run['commits']} commits, "
                     f"{run['commits_per_second']:.1f}/s, p50 {lat['p50_ms']:.1f} ms, "
-                    f"p99 {lat['p99_ms']:.1f} ms, lost races {run['lost_races']}, "
+                    f"p99 {lat['p99_ms']:.1f} ms, max {lat['max_ms']:.0f} ms, "
+                    f"per writer {run['per_writer_commits']}, lost races {run['lost_races']}, "
                     f"conflicts {len(run['conflicts'])}, errors {len(run['errors'])}, "
                     f"store retries {sum(run['store_retries'].values())}, "
                     f"checks {'ok' if ok else run['checks']}",
@@ -409,6 +443,7 @@ def main() -> None:
         {
             "duration_s": args.duration,
             "start_method": args.start_method,
+            "tables": args.tables,
             "object_size": OBJECT_SIZE,
             "results": results,
         },
