@@ -256,6 +256,9 @@ def _table_from_rows(rows: list[Any], schema: pa.Schema, *, infer: bool) -> pa.T
     refused unless ``infer`` (a schema merge), which infers their types.
     Errors name the column and the first row that does not fit.
     """
+    exact = _rows_spelling_the_schema(rows, schema)
+    if exact is not None:
+        return exact
     fields = {name_key(f.name): f for f in schema}
     spelled: dict[str, str] = {}  # name key -> the first spelling met in the rows
     normalized: list[dict[str, Any]] = []
@@ -293,6 +296,22 @@ def _table_from_rows(rows: list[Any], schema: pa.Schema, *, infer: bool) -> pa.T
     return pa.Table.from_arrays(arrays, names=names)
 
 
+def _rows_spelling_the_schema(rows: list[Any], schema: pa.Schema) -> pa.Table | None:
+    """The common case of ``_table_from_rows`` in one conversion: every row a
+    dict naming exactly the schema's columns, spelled as the schema spells
+    them, whose values all fit. None otherwise (then the general path finds
+    what does not fit, and says so)."""
+    names = set(schema.names)
+    if len(names) != len(schema) or not all(
+        type(row) is dict and row.keys() == names for row in rows
+    ):
+        return None
+    try:
+        return pa.Table.from_pylist(rows, schema=schema)
+    except _VALUE_ERRORS:
+        return None
+
+
 def _column_from_values(column: str, values: list[Any], type: pa.DataType | None) -> pa.Array:
     try:
         return pa.array(values, type=type)
@@ -318,6 +337,10 @@ def conform(data: pa.Table, schema: pa.Schema, *, what: str = "data") -> pa.Tabl
     microseconds); anything else — text into a number, an overflow — is a
     mismatch. Nulls in a NOT NULL column raise :class:`ConstraintViolation`.
     """
+    if data.schema.equals(schema, check_metadata=True):  # already conformed
+        for i, f in enumerate(schema):
+            _conform_column(data.column(i), f, what)  # the NOT NULL check
+        return data
     by_key = {name_key(n): n for n in data.column_names}
     if len(by_key) != data.num_columns:
         raise SchemaMismatch(f"{what} has duplicate column names: {data.column_names}")

@@ -71,7 +71,6 @@ class _ColumnStats:
 class _OpenFile:
     partition_values: dict[str, str | None]
     schema: pa.Schema
-    dictionary: list[str]  # the columns worth dictionary-encoding (from the first rows)
     sink: pa.BufferOutputStream = field(default_factory=pa.BufferOutputStream)
     writer: pq.ParquetWriter | None = None  # opened with the first row group
     pending: list[pa.Table] = field(default_factory=list)
@@ -115,8 +114,10 @@ class DataFileWriter:
         self.table = table
         self.target_file_size = target_file_size
         self.inline_limit = inline_limit
-        self.file_schema = data_columns(table.schema, table.partition_columns)
+        self.file_schema = _file_schema(table.schema, tuple(table.partition_columns))
         self._logical = [f.name for f in table.schema if f.name not in table.partition_columns]
+        # Whether rows already have the file's columns, under the file's names.
+        self._as_stored = self._logical == self.file_schema.names == table.schema.names
         self._open: dict[tuple[str | None, ...], _OpenFile] = {}
         self.written: list[AddFile] = []
 
@@ -124,8 +125,9 @@ class DataFileWriter:
         if data.num_rows == 0:
             return
         for values, part in self._split(data):
-            stored = part.select(self._logical).rename_columns(self.file_schema.names)
-            self._append(values, stored)
+            if not (self._as_stored and part.column_names == self._logical):
+                part = part.select(self._logical).rename_columns(self.file_schema.names)
+            self._append(values, part)
 
     def finish(self) -> list[AddFile]:
         """Flush every open file and return all files written so far."""
@@ -177,6 +179,9 @@ class DataFileWriter:
         when the slice ends.
         """
         group_bytes = min(ROW_GROUP_BYTES, self.target_file_size)
+        if part.num_rows <= SMALL_PIECE_ROWS:  # a small commit's rows: no slicing to plan
+            self._append_piece(key, part, group_bytes)
+            return
         row_bytes = max(1, part.nbytes // max(1, part.num_rows))
         step = max(1, group_bytes // row_bytes)
         wave = max(step, WAVE_FILES * self.target_file_size // row_bytes) * WRITE_THREADS
@@ -231,7 +236,6 @@ class DataFileWriter:
             f = _OpenFile(
                 partition_values=dict(zip(self.table.partition_columns, key, strict=True)),
                 schema=self.file_schema,
-                dictionary=dictionary_columns(self.file_schema, piece),
                 stats={name: _ColumnStats() for name in self.file_schema.names},
             )
             files[key] = f
@@ -280,7 +284,8 @@ def _write_row_group(f: _OpenFile, *, last: bool = False) -> None:
             f.sink,
             f.schema,
             compression="none" if tiny else COMPRESSION,
-            use_dictionary=[] if tiny else f.dictionary,
+            # the columns worth dictionary-encoding, judged from the first rows
+            use_dictionary=[] if tiny else dictionary_columns(f.schema, f.pending[0]),
             write_statistics=footer_statistics_columns(f.schema),
         )
     # Not combined into contiguous arrays: the Parquet writer encodes the
@@ -309,6 +314,8 @@ def _footer_string_bounds(metadata: pq.FileMetaData, stats: dict[str, _ColumnSta
     characters too): such a row group with a non-null value makes the bounds
     unknown.
     """
+    if not any(s.from_footer for s in stats.values()):
+        return
     index = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
     for name, s in stats.items():
         if not s.from_footer or not s.exact:
@@ -397,6 +404,11 @@ def footer_statistics_columns(schema: pa.Schema) -> list[str]:
         if not floating:
             out.append(column.path)
     return out
+
+
+@functools.lru_cache(maxsize=128)
+def _file_schema(schema: pa.Schema, partition_by: tuple[str, ...]) -> pa.Schema:
+    return data_columns(schema, partition_by)
 
 
 def new_data_file_path(partition_values: Mapping[str, str | None]) -> str:
