@@ -13,7 +13,7 @@ import pytest
 
 import mere
 from mere.data import writer
-from mere.data.values import stat_to_json
+from mere.data.values import MAX_STAT_STRING, stat_to_json
 from mere.storage import FaultyStore, MemoryStore
 
 SCHEMA = pa.schema(
@@ -178,16 +178,21 @@ SMALL_TYPES: list[tuple[pa.DataType, Any]] = [
 ]
 
 
-def _column_stats(pieces: list[pa.Table], small_rows: int) -> dict[str, Any]:
-    stats = {name: writer._ColumnStats() for name in pieces[0].column_names}
+def _file_stats(pieces: list[pa.Table], small_rows: int) -> dict[str, Any]:
+    """The statistics of the one file a writer makes of ``pieces``."""
+    db = mere.connect(MemoryStore())
+    db.create_table("t", pieces[0].schema)
+    meta = db.begin().table("t").meta
     saved = writer.SMALL_PIECE_ROWS
     writer.SMALL_PIECE_ROWS = small_rows
     try:
+        w = writer.DataFileWriter(MemoryStore(), meta)
         for piece in pieces:
-            writer._update_stats(stats, piece)
+            w.write(piece)
+        (add,) = w.finish()
     finally:
         writer.SMALL_PIECE_ROWS = saved
-    return {n: (s.min, s.max, s.nulls, s.nans, s.exact, s.from_footer) for n, s in stats.items()}
+    return dict(add.stats)
 
 
 @st.composite
@@ -208,7 +213,7 @@ def test_small_piece_statistics_equal_the_kernels(pieces: list[pa.Table]) -> Non
     exactly those of the compute kernels, piece after piece into one file:
     nulls, NaN (counted, never a bound; only NaN: no bounds), infinities (no
     bounds), -0.0 beside 0.0, time zones, decimals, and the types it declines."""
-    assert _column_stats(pieces, small_rows=1_000) == _column_stats(pieces, small_rows=0)
+    assert _file_stats(pieces, small_rows=1_000) == _file_stats(pieces, small_rows=0)
 
 
 def test_small_piece_statistics_of_a_one_row_commit() -> None:
@@ -217,9 +222,25 @@ def test_small_piece_statistics_of_a_one_row_commit() -> None:
             "d": pa.array([date(2026, 1, 31)]),
             "ts": pa.array([datetime(2026, 1, 1, 10, tzinfo=UTC)], pa.timestamp("us", tz="UTC")),
             "x": pa.array([math.nan]),
+            "s": pa.array(["b", None], pa.string()).slice(0, 1),
+            "long": pa.array(["é" * (MAX_STAT_STRING + 1)]),
         }
     )
-    got = _column_stats([row], small_rows=16)
-    assert got["d"][:2] == ((date(2026, 1, 31), "2026-01-31"), (date(2026, 1, 31), "2026-01-31"))
-    assert got["ts"][0][1] == "2026-01-01 10:00:00.000000Z"
-    assert got["x"] == (None, None, 0, 1, False, False)
+    stats = _file_stats([row], small_rows=16)
+    assert stats["minValues"] == {
+        "d": "2026-01-31",
+        "ts": "2026-01-01 10:00:00.000000Z",
+        "s": "b",
+    }
+    assert stats["maxValues"] == stats["minValues"]
+    assert stats["nanCount"] == {"x": 1}
+
+
+def test_a_small_file_then_a_large_piece_keeps_exact_string_bounds() -> None:
+    """Bounds from Python values (the first, small piece) and from the footer
+    (the large piece after it) together cover every row of the file."""
+    small = pa.table({"s": pa.array(["zz", "a0"])})
+    large = pa.table({"s": pa.array([f"m{i:05d}" for i in range(5_000)])})
+    stats = _file_stats([small, large], small_rows=16)
+    assert (stats["minValues"]["s"], stats["maxValues"]["s"]) == ("a0", "zz")
+    assert stats == _file_stats([small, large], small_rows=0)

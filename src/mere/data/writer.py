@@ -280,13 +280,16 @@ def _write_row_group(f: _OpenFile, *, last: bool = False) -> None:
         # A whole file of a few rows (a small commit) is not worth compressing
         # or dictionary-encoding: zstd's setup alone doubled its encoding time.
         tiny = last and f.pending_bytes <= TINY_FILE_BYTES
+        # Footer statistics let other engines skip row groups: not worth their
+        # cost in a tiny file, unless mere's own string bounds come from them.
+        footer = not tiny or any(s.from_footer for s in f.stats.values())
         f.writer = pq.ParquetWriter(
             f.sink,
             f.schema,
             compression="none" if tiny else COMPRESSION,
             # the columns worth dictionary-encoding, judged from the first rows
             use_dictionary=[] if tiny else dictionary_columns(f.schema, f.pending[0]),
-            write_statistics=footer_statistics_columns(f.schema),
+            write_statistics=footer_statistics_columns(f.schema) if footer else False,
         )
     # Not combined into contiguous arrays: the Parquet writer encodes the
     # chunks in place (a copy would cost a row group's memory and time).
@@ -493,10 +496,15 @@ def _update_small_column(s: _ColumnStats, col: pa.ChunkedArray) -> bool:
         present = numbers
     if not s.exact or not present:
         return True
-    if _is_text(t):
-        s.from_footer = True  # see _footer_string_bounds
-        return True
     lo_v, hi_v = min(present), max(present)
+    if _is_text(t):
+        # Python orders ``str`` as Parquet orders UTF-8; a bound too long to record
+        # is also one the footer would leave out (it keeps bounds up to 4 KiB).
+        if len(lo_v) > MAX_STAT_STRING or len(hi_v) > MAX_STAT_STRING:
+            s.exact = False
+        else:
+            _widen(s, lo_v, lo_v, hi_v, hi_v)
+        return True
     if floating:
         if not (math.isfinite(lo_v) and math.isfinite(hi_v)):
             s.exact = False
