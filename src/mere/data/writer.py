@@ -19,11 +19,12 @@ Uploads stay on the calling thread, in row order, after each wave of slices.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,11 +35,13 @@ import pyarrow.parquet as pq
 import pyarrow.types as pat
 
 from mere.data.values import MAX_STAT_STRING, partition_text, stat_to_json
-from mere.errors import InvalidKey, ObjectNotFound, StorageError
+from mere.errors import InvalidKey, MereError, ObjectNotFound, StorageError
 from mere.log.actions import AddFile, TableMeta
 from mere.names import escape_partition_value
 from mere.schema import data_columns, has_statistics
 from mere.storage.base import ObjectStore
+
+log = logging.getLogger("mere")
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 #: Rows are buffered until this much Arrow memory, then written as one row group.
@@ -565,3 +568,16 @@ def upload(store: ObjectStore, key: str, data: pa.Buffer) -> None:
         raise error
     assert error is not None
     raise error
+
+
+def delete_orphans(store: ObjectStore, keys: Iterable[str]) -> None:
+    """Delete data files no commit references, best effort.
+
+    A file left behind (a failed delete) is an orphan that vacuum reclaims,
+    so a failure is logged, never raised into the work that wrote it.
+    """
+    for key in keys:
+        try:
+            store.delete(key)
+        except MereError as exc:
+            log.warning("could not delete orphan data file %s: %s", key, exc)

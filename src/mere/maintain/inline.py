@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mere.data.writer import new_data_file_path
-from mere.errors import CommitOutcomeUnknown, ConflictError, MereError
+from mere.data.writer import delete_orphans, new_data_file_path
+from mere.errors import CommitOutcomeUnknown, ConflictError
 from mere.log.actions import AddFile, TableMeta
 from mere.log.columns import INLINE, PATH
 from mere.maintain.compact import by_partition, rewrite
@@ -113,9 +113,7 @@ def flush_inlined(db: DatabaseContext, bound: int | None = None) -> int | None:
         raise  # the commit may have landed: its files must stay
     except Exception:
         # (A BaseException, e.g. a simulated crash, leaves the files to vacuum.)
-        for move in moves:
-            for add in move.written:
-                _delete(db, move.meta.prefix + add.path)
+        delete_orphans(db.store, (m.meta.prefix + a.path for m in moves for a in m.written))
         raise
     raise AssertionError("unreachable")
 
@@ -164,13 +162,6 @@ def _commit(db: DatabaseContext, read: DatabaseState, moves: list[_Moved]) -> in
 
 def _paths(state: DatabaseState, table_id: str) -> pa.ChunkedArray:
     return state.tables[table_id].live.columns([PATH]).column(0)
-
-
-def _delete(db: DatabaseContext, key: str) -> None:
-    try:
-        db.store.delete(key)
-    except MereError as exc:  # best effort: vacuum reclaims orphans
-        log.warning("could not delete %s after a failed flush: %s", key, exc)
 
 
 def _inlined_files(state: DatabaseState, table_id: str) -> list[AddFile]:

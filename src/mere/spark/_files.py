@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from mere import expr as sqlexpr
 from mere.constraints import enforce
 from mere.data.reader import read_file
-from mere.data.writer import DEFAULT_TARGET_FILE_SIZE, DataFileWriter
+from mere.data.writer import DEFAULT_TARGET_FILE_SIZE, DataFileWriter, delete_orphans
 from mere.errors import ConstraintViolation, InvalidExpression, MereError
 from mere.log.actions import AddFile, TableMeta, action_from_json, action_to_json
 from mere.ops.rewrite import match_mask
@@ -150,11 +150,7 @@ def check_condition(table: TableMeta, where: str) -> sqlexpr.Expr:
 
 def delete_files(store: ObjectStore, table: TableMeta, paths: Iterable[str]) -> None:
     """Delete data files, best effort: a file left behind is an orphan for vacuum."""
-    for path in paths:
-        try:
-            store.delete(table.prefix + path)
-        except MereError as exc:
-            log.warning("could not delete %s%s: %s", table.prefix, path, exc)
+    delete_orphans(store, (table.prefix + path for path in paths))
 
 
 class _RecordingStore(ObjectStore):

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere.constraints import enforce
-from mere.data.writer import DataFileWriter
+from mere.data.writer import DataFileWriter, delete_orphans
 from mere.errors import (
     InvalidName,
     MereError,
@@ -550,7 +550,7 @@ class Stage:
         self._database_properties = frame.database_properties
         del self._operations[frame.operations :]
         self._rewrites = frame.rewrites
-        self._delete(frame.written)
+        _delete(self.store, frame.written)
 
     # --- primary keys ----------------------------------------------------------------
 
@@ -846,12 +846,12 @@ class Stage:
     def delete_unreferenced(self, committed: Sequence[Action]) -> None:
         """After a commit: delete the files this transaction wrote that it does not add."""
         live = {(a.table_id, a.path) for a in committed if isinstance(a, AddFile)}
-        self._delete([w for w in self.written_files() if w not in live])
+        _delete(self.store, [w for w in self.written_files() if w not in live])
         self._release_keys()
 
     def delete_written(self) -> None:
         """After an abort or a definite failure: delete every file this transaction wrote."""
-        self._delete(self.written_files())
+        _delete(self.store, self.written_files())
         self._release_keys()
 
     def _release_keys(self) -> None:
@@ -859,12 +859,9 @@ class Stage:
         self._held.clear()
         self._held_bytes = 0
 
-    def _delete(self, files: Sequence[tuple[str, str]]) -> None:
-        for table_id, path in files:
-            try:
-                self.store.delete(f"tables/{table_id}/{path}")
-            except MereError as exc:  # best effort: vacuum reclaims orphans
-                log.warning("could not delete orphan %s: %s", path, exc)
+
+def _delete(store: ObjectStore, files: Sequence[tuple[str, str]]) -> None:
+    delete_orphans(store, (f"tables/{table_id}/{path}" for table_id, path in files))
 
 
 __all__ = ["Stage", "TableStage"]
