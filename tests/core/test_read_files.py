@@ -74,3 +74,25 @@ def test_a_file_larger_than_the_read_ahead_is_read_alone(
     )
     assert len(list(reader.iter_read_files(db.store, meta, files, ["k"]))) == 20
     assert windows == [1] * 20
+
+
+def test_inlined_and_stored_files_mixed_come_back_in_order() -> None:
+    """Stored files go to reader threads while inlined ones decode on the calling
+    thread: each file's rows still land in its own place."""
+    db = mere.connect(MemoryStore(), inline_limit=2048)
+    db.create_table("t", SCHEMA)
+    expected = []
+    for i in range(12):
+        n = 1 if i % 3 else 3_000  # one row: inlined; 3,000 rows: past the limit, stored
+        rows = list(range(i * 10_000, i * 10_000 + n))
+        db.table("t").append(pa.table({"k": rows}, schema=SCHEMA))
+        expected.append(rows)
+    files = db.snapshot().table("t").files
+    assert {f.inline is None for f in files} == {True, False}
+    meta = db.snapshot()._state.table_by_name("t").meta  # type: ignore[union-attr]
+    got = [t.column("k").to_pylist() for t in reader.read_files(db.store, meta, files, ["k"])]
+    assert sorted(got) == sorted(expected)
+    one_by_one = [reader.read_file(db.store, meta, f, ["k"]) for f in files]
+    assert got == [t.column("k").to_pylist() for t in one_by_one]
+    every_row = sorted(k for rows in expected for k in rows)
+    assert sorted(db.table("t").scan().column("k").to_pylist()) == every_row

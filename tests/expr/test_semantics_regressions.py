@@ -342,14 +342,17 @@ def test_data_files_carry_no_float_footer_statistics(tmp_path: Path):
     """Readers that skip row groups by Parquet min/max (pyarrow, Spark) must keep NaN rows."""
     db = mere.connect(tmp_path / "db")
     db.create_table("t", SCHEMA)
-    db.table("t").append(pa.table({"k": [1, 2], "f": [5.0, NAN]}, schema=SCHEMA))
+    # Large enough not to be a tiny file (those carry no footer statistics at all).
+    n = 2_000
+    data = {"k": list(range(1, n + 1)), "f": [5.0] * (n - 1) + [NAN]}
+    db.table("t").append(pa.table(data, schema=SCHEMA))
     (path,) = (tmp_path / "db").rglob("*.parquet")
     column_stats = pq.ParquetFile(path).metadata.row_group(0)
     assert column_stats.column(0).is_stats_set  # k
     assert not column_stats.column(1).is_stats_set  # f
     dataset = ds.dataset(path)
-    assert dataset.to_table(filter=pc.is_nan(pc.field("f"))).column("k").to_pylist() == [2]
-    assert dataset.to_table(filter=pc.field("k") > 1).column("k").to_pylist() == [2]
+    assert dataset.to_table(filter=pc.is_nan(pc.field("f"))).column("k").to_pylist() == [n]
+    assert dataset.to_table(filter=pc.field("k") > n - 1).column("k").to_pylist() == [n]
 
 
 def test_scan_columns_match_names_ignoring_case_like_filters(tmp_path: Path):

@@ -8,14 +8,13 @@ same expression, compiled to pyarrow compute, filters the rows that remain.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 
 import pyarrow as pa
 
 from mere import expr as sqlexpr
-from mere.data.reader import RowFilter, at_version, iter_file, read_file
+from mere.data.reader import RowFilter, at_version, in_parallel, iter_file, read_file
 from mere.data.values import from_text, stat_from_json
 from mere.errors import InvalidExpression, SchemaMismatch
 from mere.log.actions import AddFile, TableMeta
@@ -179,11 +178,7 @@ def scan_files(
     if not files:
         return output_schema(plan).empty_table()
     with at_version(version):
-        if len(files) == 1:
-            parts = [one(files[0])]
-        else:
-            with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(files))) as pool:
-                parts = list(pool.map(one, files))
+        parts = in_parallel(files, one)
     if not plan.columns:  # concat_tables drops the row count of tables without columns
         return pa.table({"_": pa.nulls(sum(p.num_rows for p in parts))}).select([])
     return pa.concat_tables(parts)
