@@ -62,6 +62,8 @@ MAGIC = b"MKF1"
 BITS_PER_KEY = 64
 #: Keys per numpy step when building (bounds the (keys x 8) masks).
 CHUNK = 1 << 18
+#: Filters of up to this many bits are built in one step, from a plane of a byte per bit.
+SMALL_PLANE = 1 << 22
 #: Files with fewer rows get no sidecar (their filters live only in memory).
 MIN_SIDECAR_ROWS = 4096
 #: The most blocks a filter has (256 MiB); past ~33M keys in one file it fills up.
@@ -133,12 +135,58 @@ def _column_words(values: pa.Array) -> np.ndarray:
 
 
 def key_hashes(keys: pa.Table) -> np.ndarray:
-    """One 64-bit hash per row of ``keys`` (its columns in key order)."""
+    """One 64-bit hash per row of ``keys`` (its columns in key order); read-only.
+
+    A statement's new keys are hashed by its duplicate check, its key check
+    and the filter of the file it wrote, each from the same Arrow buffers:
+    the hashes of the last few key tables (up to :data:`MEMO_ROWS` rows) are
+    kept, found again by the identity of the memory they were computed from.
+    """
+    if keys.num_rows == 0 or keys.num_rows > MEMO_ROWS:
+        return _hashes(keys)
+    identity, chunks = _identity(keys)
+    with _MEMO_LOCK:
+        found = _MEMO.get(identity)
+        if found is not None:
+            _MEMO.move_to_end(identity)
+            return found[1]
+    hashes = _hashes(keys)
+    hashes.flags.writeable = False
+    with _MEMO_LOCK:
+        _MEMO[identity] = (chunks, hashes)  # the chunks kept: their memory is not reused
+        while len(_MEMO) > MEMO_TABLES:
+            _MEMO.popitem(last=False)
+    return hashes
+
+
+def _hashes(keys: pa.Table) -> np.ndarray:
     h = np.zeros(keys.num_rows, dtype=np.uint64)
     for column in keys.columns:
         words = _column_words(column.combine_chunks())
         h = _mix(h * _GOLDEN + words)
     return h
+
+
+def _identity(keys: pa.Table) -> tuple[tuple[object, ...], list[pa.Array]]:
+    """What makes two key tables the same values: per column its type, and per chunk
+    its offset, length and buffer addresses (Arrow buffers never change)."""
+    parts: list[object] = []
+    chunks: list[pa.Array] = []
+    for column in keys.columns:
+        parts.append(column.type)
+        for chunk in column.chunks:
+            chunks.append(chunk)
+            addresses = tuple(0 if b is None else b.address for b in chunk.buffers())
+            parts.append((chunk.offset, len(chunk), addresses))
+    return tuple(parts), chunks
+
+
+#: Key tables of up to this many rows have their hashes kept (:func:`key_hashes`).
+MEMO_ROWS = 1 << 16
+#: How many key tables' hashes are kept.
+MEMO_TABLES = 8
+_MEMO: OrderedDict[tuple[object, ...], tuple[list[pa.Array], np.ndarray]] = OrderedDict()
+_MEMO_LOCK = threading.Lock()
 
 
 _SALTS = np.array(
@@ -154,6 +202,8 @@ _SALTS = np.array(
     ],
     dtype=np.uint32,
 )
+#: The first bit of each 32-bit word of a block, in a plane of a block's 256 bits.
+_WORD_BASES = np.arange(8, dtype=np.int64) * 32
 
 
 @dataclass(frozen=True)
@@ -199,12 +249,21 @@ class KeyFilter:
     def build(cls, signature: list[list[str]], hashes: np.ndarray) -> KeyFilter:
         """The filter of ``hashes`` (see :func:`key_hashes`)."""
         count = min(MAX_BLOCKS, max(1, -(-len(hashes) * BITS_PER_KEY // 256)))
+        low = (hashes & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        first = ((hashes >> np.uint64(32)) * np.uint64(count)) >> np.uint64(32)
+        if count * 256 <= SMALL_PLANE:
+            # All eight words at once: each key's bits as bytes of a (blocks x 256) plane.
+            bits = (low[:, None] * _SALTS[None, :]) >> np.uint32(27)
+            where = first.astype(np.int64)[:, None] * 256 + _WORD_BASES[None, :] + bits
+            plane = np.zeros(count * 256, dtype=np.bool_)
+            plane[where.reshape(-1)] = True
+            packed = np.packbits(plane.reshape(count * 8, 32), axis=1, bitorder="little")
+            words = packed.view("<u4").reshape(count, 8).astype(np.uint32, copy=False)
+            return cls(signature, len(hashes), words)
         words = np.empty((count, 8), dtype=np.uint32)
         # Word by word: each key sets one of the word's 32 bits in its block. The bits are
         # set as bytes of a (blocks x 32) plane, then packed (``bitwise_or.at`` over the
         # keys' masks is several times slower); the plane costs 8 bytes per key at most.
-        low = (hashes & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-        first = ((hashes >> np.uint64(32)) * np.uint64(count)) >> np.uint64(32)
         base = first.astype(np.int64) * 32
         plane = np.empty(count * 32, dtype=np.bool_)
         for i, salt in enumerate(_SALTS):
@@ -281,6 +340,20 @@ class _Entry:
     saved: bool
 
 
+@dataclass(frozen=True)
+class Located:
+    """Where some cached filters sit in a :class:`FilterCache`'s arena, as of ``generation``.
+
+    Per object asked for: its first block (-1: no filter of the signature is
+    cached) and its number of blocks; and which of them are cached unsaved.
+    """
+
+    generation: int
+    offsets: np.ndarray  # int64
+    blocks: np.ndarray  # int64
+    unsaved: list[int]
+
+
 class FilterCache:
     """Filters this process has read or built, by (store, object key); bounded by bytes.
 
@@ -294,6 +367,11 @@ class FilterCache:
     never written again once filled (the :class:`KeyFilter` views handed out
     stay valid); when the arena is full its live entries move to a new one,
     twice as large as they need.
+
+    Where filters sit can be looked up once and kept (:meth:`locate`, then
+    :meth:`probe_at` any number of times): :attr:`generation` changes whenever
+    an entry moves, goes or is replaced, and a location is only used at the
+    generation it was found in.
     """
 
     def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
@@ -303,6 +381,12 @@ class FilterCache:
         self._arena = np.zeros((0, 8), dtype=np.uint32)
         self._used = 0  # blocks of the arena filled (live or not)
         self._lock = threading.Lock()
+        self._generation = 0
+        self._work = _Workspace()
+
+    @property
+    def generation(self) -> int:
+        return self._generation
 
     def get(self, store: ObjectStore, key: str) -> tuple[KeyFilter, bool] | None:
         """The filter and whether its sidecar exists (None: not cached)."""
@@ -320,7 +404,9 @@ class FilterCache:
     def put(self, store: ObjectStore, key: str, flt: KeyFilter, *, saved: bool = True) -> None:
         with self._lock:
             old = self._entries.pop((store.uri, key), None)
-            self._bytes -= old.blocks * 32 if old is not None else 0
+            if old is not None:
+                self._bytes -= old.blocks * 32
+                self._generation += 1
             if flt.nbytes > self.max_bytes:
                 return
             blocks = len(flt.words)
@@ -335,6 +421,7 @@ class FilterCache:
             while self._bytes > self.max_bytes:
                 _, dropped = self._entries.popitem(last=False)
                 self._bytes -= dropped.blocks * 32
+                self._generation += 1
 
     def _move(self, more: int) -> None:
         """Move the live entries to a new arena with room for ``more`` blocks, and as many again."""
@@ -348,6 +435,7 @@ class FilterCache:
             entry.offset = used
             used += entry.blocks
         self._arena, self._used = arena, used
+        self._generation += 1
 
     def reserve(self, blocks: int) -> None:
         """Make room for ``blocks`` more blocks at once (filters about to be put together)."""
@@ -360,6 +448,55 @@ class FilterCache:
             entry = self._entries.get((store.uri, key))
             if entry is not None:
                 entry.saved = True
+
+    def locate(
+        self, store: ObjectStore, keys: Sequence[str], signature: list[list[str]]
+    ) -> Located:
+        """Where the cached filters of ``signature`` of the objects ``keys`` sit, now."""
+        offsets = np.full(len(keys), -1, dtype=np.int64)
+        blocks = np.zeros(len(keys), dtype=np.int64)
+        unsaved: list[int] = []
+        with self._lock:
+            for i, key in enumerate(keys):
+                entry = self._entries.get((store.uri, key))
+                if entry is None or entry.signature != signature:
+                    continue
+                self._entries.move_to_end((store.uri, key))
+                if not entry.saved:
+                    unsaved.append(i)
+                offsets[i] = entry.offset
+                blocks[i] = entry.blocks
+            return Located(self._generation, offsets, blocks, unsaved)
+
+    def probe_at(
+        self,
+        generation: int,
+        offsets: np.ndarray,
+        blocks: np.ndarray,
+        probe: Probe,
+        unions: Unions | None = None,
+    ) -> np.ndarray | None:
+        """Per filter located at ``generation`` (``offsets`` >= 0, with their ``blocks``): 1
+        if it may hold one of ``probe``'s keys, else 0; None if the generation has passed.
+
+        ``unions`` of some of these filters (their positions here) rule keys out
+        for all their members at once (:class:`Unions`).
+        """
+        with self._lock:
+            if generation != self._generation:
+                return None
+            if len(offsets) == 0 or len(probe) == 0:
+                return np.zeros(len(offsets), dtype=np.int8)
+            if unions is not None:
+                return _probe_unions(self._arena, offsets, blocks, probe, unions, self._work)
+            return _probe_blocks(self._arena, offsets, blocks, probe, self._work)
+
+    def words_at(self, generation: int, offset: int, blocks: int) -> np.ndarray | None:
+        """The words of the filter located at ``generation`` (None if it has passed)."""
+        with self._lock:
+            if generation != self._generation:
+                return None
+            return self._arena[offset : offset + blocks]
 
     def probe(
         self,
@@ -374,28 +511,14 @@ class FilterCache:
         holds none, -1 if no filter of ``signature`` is cached; and the indices
         of the objects whose cached filter is unsaved.
         """
-        status = np.full(len(keys), -1, dtype=np.int8)
-        unsaved: list[int] = []
-        with self._lock:
-            offsets: list[int] = []
-            counts: list[int] = []
-            known: list[int] = []
-            for i, key in enumerate(keys):
-                entry = self._entries.get((store.uri, key))
-                if entry is None or entry.signature != signature:
-                    continue
-                self._entries.move_to_end((store.uri, key))
-                if not entry.saved:
-                    unsaved.append(i)
-                known.append(i)
-                offsets.append(entry.offset)
-                counts.append(entry.blocks)
-            if known and len(probe):
-                hits = _probe_blocks(self._arena, offsets, counts, probe)
+        while True:
+            found = self.locate(store, keys, signature)
+            known = np.flatnonzero(found.offsets >= 0)
+            hits = self.probe_at(found.generation, found.offsets[known], found.blocks[known], probe)
+            if hits is not None:
+                status = np.full(len(keys), -1, dtype=np.int8)
                 status[known] = hits
-            elif known:
-                status[known] = 0
-        return status, unsaved
+                return status, found.unsaved
 
     def clear(self) -> None:
         with self._lock:
@@ -403,47 +526,177 @@ class FilterCache:
             self._bytes = 0
             self._arena = np.zeros((0, 8), dtype=np.uint32)
             self._used = 0
+            self._generation += 1
 
 
-#: (filters x keys) pairs tested per numpy step of :func:`_probe_blocks` (bounds its memory).
-PROBE_PAIRS = 1 << 20
+#: (filters x keys) pairs tested per numpy step of :func:`_probe_blocks`: its buffers
+#: (17 bytes a pair) are reused from call to call and stay within a core's cache.
+PROBE_PAIRS = 1 << 16
+
+
+class _Workspace:
+    """The buffers :func:`_probe_blocks` works in, kept between calls (a fresh array of
+    a megabyte costs its page faults on every call)."""
+
+    def __init__(self) -> None:
+        self.where = np.empty(0, dtype=np.int64)
+        self.words = np.empty(0, dtype=np.uint64)
+        self.equal = np.empty(0, dtype=np.bool_)
+
+    def get(self, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n = rows * cols
+        if len(self.where) < n:
+            self.where = np.empty(n, dtype=np.int64)
+            self.words = np.empty(n, dtype=np.uint64)
+            self.equal = np.empty(n, dtype=np.bool_)
+        shape = (rows, cols)
+        return (
+            self.where[:n].reshape(shape),
+            self.words[:n].reshape(shape),
+            self.equal[:n].reshape(shape),
+        )
 
 
 def _probe_blocks(
-    arena: np.ndarray, offsets: Sequence[int], counts: Sequence[int], probe: Probe
+    arena: np.ndarray,
+    offsets: np.ndarray,
+    counts: np.ndarray,
+    probe: Probe,
+    work: _Workspace | None = None,
 ) -> np.ndarray:
     """Per filter (the blocks ``offsets[i]`` to ``offsets[i] + counts[i]`` of the arena): 1 if
-    it may hold one of ``probe``'s keys, else 0.
+    it may hold one of ``probe``'s keys, else 0."""
+    found, _ = _hits(arena.view(np.uint64).reshape(-1), offsets, counts, probe, work)
+    out = np.zeros(len(offsets), dtype=np.int8)
+    out[found] = 1
+    return out
 
-    The arena and the masks are read as 64-bit words (two 32-bit words each): the
-    first is tested for every (filter, key) pair, which rules out all but a few
-    percent of the pairs of absent keys, and the other three only for those left.
-    Each key's block is computed once per distinct filter size (64-bit multiplies
-    are the slow part; files of one size, the common case, share them).
+
+def _hits(
+    flat: np.ndarray,
+    offsets: np.ndarray,
+    counts: np.ndarray,
+    probe: Probe,
+    work: _Workspace | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The (filter, key) pairs whose key the filter may hold: two arrays of indices.
+
+    Filter ``i`` is the blocks ``offsets[i]`` to ``offsets[i] + counts[i]`` of
+    ``flat`` (blocks as four 64-bit words each, two 32-bit words in each). The
+    first word is tested for every (filter, key) pair, which rules out all but
+    a few percent of the pairs of absent keys, and the other three one after
+    the other for the pairs left. Each key's block is computed once per
+    distinct filter size (64-bit multiplies are the slow part; files of one
+    size, the common case, share them).
     """
-    flat = arena.view(np.uint64).reshape(-1)  # 4 words per block
+    work = work if work is not None else _Workspace()
     masks = np.ascontiguousarray(probe.masks).view(np.uint64)  # (keys x 4)
     first = masks[:, 0]
     n = len(probe)
-    out = np.zeros(len(offsets), dtype=np.int8)
-    per = max(1, PROBE_PAIRS // n)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    sizes, size_of = np.unique(np.asarray(counts, dtype=np.uint64), return_inverse=True)
+    size_of = size_of.reshape(-1)
+    # Each key's first 64-bit word within a filter of each size.
+    starts = (np.multiply.outer(sizes, probe.selectors) >> np.uint64(32)).view(np.int64) << 2
+    bases = offsets << 2
+    filters: list[np.ndarray] = []
+    keys: list[np.ndarray] = []
+    per = max(1, PROBE_PAIRS // max(n, 1))
     for start in range(0, len(offsets), per):
-        sizes, size_of = np.unique(
-            np.asarray(counts[start : start + per], dtype=np.uint64), return_inverse=True
-        )
-        blocks = (np.multiply.outer(sizes, probe.selectors) >> np.uint64(32)).astype(np.int64)
-        where = blocks[size_of.reshape(-1)]  # (filters x keys): each key's block in each
-        where += np.asarray(offsets[start : start + per], dtype=np.int64)[:, None]
-        where <<= 2  # its first 64-bit word in the arena
-        words = np.take(flat, where)
+        stop = min(len(offsets), start + per)
+        where, words, equal = work.get(stop - start, n)
+        if len(sizes) == 1:
+            np.add(bases[start:stop, None], starts[0][None, :], out=where)
+        else:
+            np.take(starts, size_of[start:stop], axis=0, out=where, mode="clip")
+            where += bases[start:stop, None]
+        np.take(flat, where, out=words, mode="clip")
         words &= first
-        maybe = np.flatnonzero(words == first)
-        if len(maybe) == 0:
-            continue
-        rest = np.take(flat, where.reshape(-1)[maybe][:, None] + np.arange(1, 4))
-        wanted = masks[maybe % n, 1:]
-        held = ((rest & wanted) == wanted).all(axis=1)
-        out[start + maybe[held] // n] = 1
+        np.equal(words, first, out=equal)
+        maybe = np.flatnonzero(equal)
+        held = _held(flat, where.reshape(-1)[maybe], maybe % n, masks, 1)
+        filters.append(start + maybe[held] // n)
+        keys.append(maybe[held] % n)
+    if not filters:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(filters), np.concatenate(keys)
+
+
+def _held(
+    flat: np.ndarray, at: np.ndarray, keys: np.ndarray, masks: np.ndarray, start: int = 0
+) -> np.ndarray:
+    """Per pair (the block whose first 64-bit word is ``flat[at[j]]``, key ``keys[j]``): whether
+    the block holds the key's bits in its words ``start`` to 3, tested a word at a time
+    for the pairs left."""
+    left = np.arange(len(at))
+    for word in range(start, 4):
+        if len(left) == 0:
+            break
+        wanted = masks[keys[left], word]
+        left = left[(flat[at[left] + word] & wanted) == wanted]
+    held = np.zeros(len(at), dtype=np.bool_)
+    held[left] = True
+    return held
+
+
+#: Filters of one size are also probed in unions of this many (:class:`Unions`).
+UNION_FILES = 8
+
+
+@dataclass(frozen=True)
+class Unions:
+    """Unions of filters of one size each, to rule keys out for all their members at once.
+
+    A union is the bitwise OR of its members' filters (of :data:`UNION_FILES`
+    files of one size): it may hold every key one of them may hold, so a key it
+    rules out is ruled out for all of them. About 12% of a filter's bits are
+    set, and about 3% of absent keys pass a union of eight; a check tests the
+    unions, then each member only for the keys that passed its union: about a
+    fifth of the (filter, key) pairs of testing every filter.
+
+    ``words`` holds the unions one after the other, union ``u`` being its
+    blocks ``starts[u]`` to ``starts[u] + blocks[u]``; ``members[u]`` are its
+    members' positions among the filters probed (-1: none).
+    """
+
+    words: np.ndarray  # (blocks of all unions) x 8 uint32
+    starts: np.ndarray  # int64, per union
+    blocks: np.ndarray  # int64, per union
+    members: np.ndarray  # unions x UNION_FILES, int64
+
+    @staticmethod
+    def union(filters: Sequence[np.ndarray]) -> np.ndarray:
+        """The union of filters of one size (their blocks' words)."""
+        out: np.ndarray = np.bitwise_or.reduce(np.stack(filters), axis=0)
+        return out
+
+
+def _probe_unions(
+    arena: np.ndarray,
+    offsets: np.ndarray,
+    counts: np.ndarray,
+    probe: Probe,
+    unions: Unions,
+    work: _Workspace,
+) -> np.ndarray:
+    """:func:`_probe_blocks`, with the filters ``unions`` has members of tested through them."""
+    flat = arena.view(np.uint64).reshape(-1)
+    masks = np.ascontiguousarray(probe.masks).view(np.uint64)
+    out = np.zeros(len(offsets), dtype=np.int8)
+    covered = np.zeros(len(offsets), dtype=np.bool_)
+    covered[unions.members[unions.members >= 0]] = True
+    if len(unions.starts):
+        stacked = unions.words.view(np.uint64).reshape(-1)
+        passed, keys = _hits(stacked, unions.starts, unions.blocks, probe, work)
+        files = unions.members[passed].reshape(-1)
+        keys = np.repeat(keys, unions.members.shape[1])
+        files, keys = files[files >= 0], keys[files >= 0]
+        blocks = (counts[files].astype(np.uint64) * probe.selectors[keys]) >> np.uint64(32)
+        at = (offsets[files] + blocks.view(np.int64)) << 2
+        out[files[_held(flat, at, keys, masks)]] = 1
+    rest = np.flatnonzero(~covered)
+    if len(rest):
+        out[rest] = _probe_blocks(arena, offsets[rest], counts[rest], probe, work)
     return out
 
 
@@ -573,6 +826,8 @@ __all__ = [
     "CorruptKeyFilter",
     "FilterCache",
     "KeyFilter",
+    "Located",
+    "Unions",
     "data_key_of",
     "family",
     "key_hashes",

@@ -63,6 +63,20 @@ PENDING_MAX = 2048
 PATH_SET_MAX = 65536
 
 
+class Derived(Protocol):
+    """Something worked out from a table's live files that a commit updates in place of a
+    rebuild (the primary key's index of file ranges and filters, :mod:`mere.txn.keyindex`).
+
+    Kept on :class:`LiveFiles` by name (:meth:`LiveFiles.derived`); it must depend
+    only on the set of live files, since :meth:`LiveFiles.apply` hands it on.
+    """
+
+    def applied(self, adds: Sequence[AddFile], touched: frozenset[str]) -> Derived | None:
+        """The same for the files after a batch (``touched`` paths left, then ``adds``
+        joined, as in :meth:`LiveFiles.apply`); None if it is cheaper to rebuild."""
+        ...
+
+
 class FileSource(Protocol):
     """Where a base of files comes from: all rows of some columns, on request.
 
@@ -264,6 +278,8 @@ class LiveFiles(Mapping[str, AddFile]):
         self._cache: dict[str, pa.ChunkedArray] = {}
         self._index: dict[str, int] | None = None
         self._objects: list[AddFile] | None = None
+        #: Structures worked out from these files, by name (see :class:`Derived`).
+        self._derived: dict[str, Derived] = {}
 
     # --- construction ---------------------------------------------------------------
 
@@ -374,8 +390,27 @@ class LiveFiles(Mapping[str, AddFile]):
         base_rows = base.num_rows if base is not None else 0
         delta = len(removed) + _rows(added) + len(pending)
         if base is not None and delta > max(FOLD_MIN, base_rows // 4):
-            return result.folded()
+            result = result.folded()
+        with self._lock:
+            derived = list(self._derived.items())
+        for name, value in derived:
+            moved = value.applied(adds, touched)
+            if moved is not None:
+                result._derived[name] = moved
         return result
+
+    def derived(self, name: str, build: Callable[[], Derived] | None = None) -> Derived | None:
+        """The structure ``name`` worked out from these files (see :class:`Derived`).
+
+        If there is none, ``build()`` makes it and it is kept (None without ``build``).
+        """
+        with self._lock:
+            found = self._derived.get(name)
+        if found is not None or build is None:
+            return found
+        made = build()
+        with self._lock:
+            return self._derived.setdefault(name, made)
 
     def _added_columns(self) -> pa.Table:
         """The added files as columns (of this layout), the pending objects turned into columns."""

@@ -23,29 +23,23 @@ are worked out only when a winner adds files to the table (:class:`KeyProbe`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Container, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as sqlexpr
-from mere.constraints import primary_key
+from mere.constraints import PRIMARY_KEY_PROPERTY, primary_key
 from mere.data import keyfilter
 from mere.errors import DuplicateKey, InvalidExpression
 from mere.expr.ast import referenced_columns
 from mere.log.actions import AddFile, TableMeta, is_external_path
-from mere.log.columns import (
-    INLINE,
-    PATH,
-    ROWS,
-    SIZE,
-    max_column,
-    min_column,
-    partition_column,
-)
+from mere.log.columns import INLINE, PATH, ROWS, SIZE, partition_column
 from mere.schema import physical_name
 from mere.snapshot.files import LiveFiles
 from mere.snapshot.planning import select_files, table_facts
@@ -53,6 +47,12 @@ from mere.snapshot.scan import READ_THREADS, ScanPlan, plan_scan, scan_files
 from mere.snapshot.state import TableState
 from mere.snapshot.vectorized import may_match_all
 from mere.storage import ObjectStore
+from mere.txn.keyindex import key_index
+
+#: Per candidate file, from the cached key filters: 1 (read it), 0 (its filter holds none
+#: of the keys), -1 (no filter cached); given the store, the table's prefix, the filter
+#: signature and the keys (see :meth:`mere.txn.keyindex.KeyIndex.filter_status`).
+FilterStatus = Callable[[ObjectStore, str, list[list[str]], keyfilter.Probe], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,14 @@ class Candidates:
 
     ``take(indices)`` builds the :class:`AddFile` objects of some of them
     (enough to read the files): a check over a snapshot's columns of files
-    builds objects only for the few files it reads.
+    builds objects only for the few files it reads. ``status``, if given,
+    probes their cached filters where an index already located them (else
+    the filters are looked up by path).
     """
 
     paths: list[str]
     take: Callable[[Sequence[int]], list[AddFile]]
+    status: FilterStatus | None = None
 
     @staticmethod
     def of(files: Sequence[AddFile]) -> Candidates:
@@ -86,7 +89,14 @@ FILTER_MAX_KEYS = 20_000
 
 def key_columns(meta: TableMeta) -> list[str]:
     """The table's primary key columns ([] when it has none)."""
-    return primary_key(meta.properties)
+    text = meta.properties.get(PRIMARY_KEY_PROPERTY)
+    return list(_parsed_key(text)) if text else []
+
+
+@lru_cache(maxsize=256)
+def _parsed_key(text: str) -> tuple[str, ...]:
+    """The key columns a ``mere.primaryKey`` value names (parsed once per value)."""
+    return tuple(primary_key({PRIMARY_KEY_PROPERTY: text}))
 
 
 def describe_keys(keys: pa.Table, limit: int = SHOWN_KEYS) -> str:
@@ -107,9 +117,18 @@ def _counted(keys: pa.Table) -> pa.Table:
 
 
 def duplicates_within(keys: pa.Table) -> pa.Table:
-    """The key values that occur more than once in ``keys``."""
+    """The key values that occur more than once in ``keys``.
+
+    Equal keys hash alike (:func:`mere.data.keyfilter.key_hashes`), so keys
+    whose hashes are all distinct are distinct: the usual answer needs no
+    counting, and the hashes serve the key check that follows.
+    """
     if keys.num_rows < 2:
         return keys.slice(0, 0)
+    if keys.num_rows <= keyfilter.MEMO_ROWS:
+        hashes = np.sort(keyfilter.key_hashes(keys))
+        if not (hashes[1:] == hashes[:-1]).any():
+            return keys.slice(0, 0)
     counted = _counted(keys)
     return counted.filter(pc.greater(counted["count_all"], 1)).select(keys.column_names)
 
@@ -168,7 +187,9 @@ def present_keys(
     if keys.num_rows == 0:
         return keys.slice(0, 0)
     found = [candidate_keys(store, meta, files, keys, own=own, select=select)]
-    found += [h.select(keys.column_names).cast(keys.schema) for h in held]
+    found += [h.select(keys.column_names).cast(keys.schema) for h in held if h.num_rows]
+    if not any(f.num_rows for f in found):
+        return keys.slice(0, 0)
     return intersect(keys, pa.concat_tables(found))
 
 
@@ -193,26 +214,34 @@ def candidate_keys(
     """
     if keys.num_rows == 0:
         return keys.slice(0, 0)
-    plan = _key_plan(meta, keys)
-    read = plan.select(own)
-    admitted = select(plan, keys) if select is not None else Candidates.of(plan.select(files))
+    ranged = _KeyPlans(meta, keys)
+    read = ranged.plan.select(own) if own else []
+    if select is not None:
+        admitted = select(ranged.for_candidates(), keys)
+    else:
+        admitted = Candidates.of(ranged.plan.select(files))
     every = range(len(admitted.paths))
     if keys.num_rows > FILTER_MAX_KEYS:  # most files would pass their filters anyway
-        return _scan_keys(store, plan, read + admitted.take(every), keys)
+        return _scan_keys(store, ranged.plan, read + admitted.take(every), keys)
     signature = key_signature(meta)
     wanted = keyfilter.Probe.of(keyfilter.key_hashes(keys))
-    data_keys = [meta.prefix + p for p in admitted.paths]
-    status = keyfilter.probe(store, data_keys, signature, wanted)
-    for i, path in enumerate(admitted.paths):
-        if is_external_path(path):
-            status[i] = 1  # another database's file: read it, never write beside it
+    if admitted.status is not None:
+        status = admitted.status(store, meta.prefix, signature, wanted)
+    else:
+        data_keys = [meta.prefix + p for p in admitted.paths]
+        status = keyfilter.probe(store, data_keys, signature, wanted)
+        for i, path in enumerate(admitted.paths):
+            if is_external_path(path):
+                status[i] = 1  # another database's file: read it, never write beside it
     read += admitted.take(np.flatnonzero(status == 1).tolist())
     unfiltered: list[tuple[AddFile, str]] = []
     unknown = np.flatnonzero(status < 0).tolist()
     stored: list[tuple[AddFile, str]] = []
     for i, add in zip(unknown, admitted.take(unknown), strict=True):
         # An inlined file has no object, so no sidecar either: read it.
-        (unfiltered if add.inline is not None else stored).append((add, data_keys[i]))
+        (unfiltered if add.inline is not None else stored).append(
+            (add, meta.prefix + admitted.paths[i])
+        )
     loaded = keyfilter.load_many(store, [key for _, key in stored], threads=READ_THREADS)
     fresh: list[tuple[AddFile, str, keyfilter.KeyFilter]] = []
     for (add, key), found in zip(stored, loaded, strict=True):
@@ -227,12 +256,32 @@ def candidate_keys(
         for (add, _, found), state in zip(fresh, again.tolist(), strict=True):
             if state == 1 or (state < 0 and found.may_contain(wanted).any()):
                 read.append(add)
-    parts = [_scan_keys(store, plan, read, keys)] if read else []
+    parts = [_scan_keys(store, ranged.plan, read, keys)] if read else []
     if unfiltered:
         parts.append(_read_and_index(store, meta, unfiltered, signature).cast(keys.schema))
     if not parts:
         return keys.slice(0, 0)
     return pa.concat_tables(parts)
+
+
+class _KeyPlans:
+    """The scans of a key check: of the key columns within the range of ``keys``' first
+    column (made only when a file is read), and the plan candidates are chosen by."""
+
+    def __init__(self, meta: TableMeta, keys: pa.Table) -> None:
+        self.meta = meta
+        self.keys = keys
+
+    @cached_property
+    def plan(self) -> ScanPlan:
+        return _key_plan(self.meta, self.keys)
+
+    def for_candidates(self) -> ScanPlan:
+        """The plan a :data:`Selector` gets: without a filter when it chooses integer keys'
+        files by their ranges (:func:`live_candidates`), which is all it needs."""
+        if _ranged_column(self.meta, self.keys) is not None:
+            return plan_scan(self.meta, self.keys.column_names, None)
+        return self.plan
 
 
 def _scan_keys(
@@ -256,15 +305,14 @@ def live_candidates(
     files = table.files
     if not isinstance(files, LiveFiles):
         return Candidates.of([f for f in select_files(plan, table) if f.path not in removed])
+    column = _ranged_column(plan.table, keys)
+    if column is not None:
+        return _indexed_candidates(plan.table, files, column, keys, removed)
     names = sorted(referenced_columns(plan.predicate)) if plan.predicate is not None else []
     files.columns(_candidate_columns(plan.table, files, names))  # decoded together, once
     used: list[str] = []
-    ranged = _within_ranges(plan.table, files, keys)
-    if ranged is not None:
-        rows: pa.Array = ranged
-        used = _candidate_columns(plan.table, files, keys.column_names[:1])
-    elif plan.predicate is None:
-        rows = pa.array(range(files.num_files), pa.int64())
+    if plan.predicate is None:
+        rows: pa.Array = pa.array(range(files.num_files), pa.int64())
     else:
         found, used = table_facts(plan.table, files, names)
         chosen = may_match_all(plan.predicate, found)
@@ -285,10 +333,59 @@ def live_candidates(
     return Candidates(paths, take)
 
 
+def _indexed_candidates(
+    meta: TableMeta, files: LiveFiles, column: str, keys: pa.Table, removed: Container[str]
+) -> Candidates:
+    """The files whose range of the integer first key column holds one of ``keys``, by
+    the files' :class:`~mere.txn.keyindex.KeyIndex` (kept from commit to commit)."""
+    index = key_index(meta, files, column)
+    wanted = np.sort(np.asarray(keys.column(0).to_numpy()).astype(index.dtype))
+    rows, paths = index.admitted(wanted)
+    if removed:
+        kept = [i for i, p in enumerate(paths) if p not in removed]
+        rows, paths = rows[kept], [paths[i] for i in kept]
+
+    def take(picked: Sequence[int]) -> list[AddFile]:
+        return [files[paths[i]] for i in picked]
+
+    def status(
+        store: ObjectStore, prefix: str, signature: list[list[str]], probe: keyfilter.Probe
+    ) -> np.ndarray:
+        return index.filter_status(store, prefix, signature, rows, probe)
+
+    return Candidates(paths, take, status)
+
+
+def _ranged_column(meta: TableMeta, keys: pa.Table) -> str | None:
+    """The first key column, if files are chosen by its ranges: an integer column (not a
+    partition column) that ``keys`` hold in its own type."""
+    name = keys.column_names[0]
+    type_ = meta.schema.field(name).type
+    if name in meta.partition_columns or not pa.types.is_integer(type_):
+        return None
+    return name if keys.column(0).type == type_ else None
+
+
 def key_signature(meta: TableMeta) -> list[list[str]]:
     """The key filter signature of the table's key: physical column names and hash families."""
-    fields = [meta.schema.field(c) for c in key_columns(meta)]
-    return keyfilter.signature(fields, [physical_name(f) for f in fields])
+    with _SIGNATURES_LOCK:
+        found = _SIGNATURES.get(id(meta))
+    if found is not None and found[0] is meta and found[1] == key_columns(meta):
+        return found[2]
+    columns = key_columns(meta)
+    fields = [meta.schema.field(c) for c in columns]
+    signature = keyfilter.signature(fields, [physical_name(f) for f in fields])
+    with _SIGNATURES_LOCK:
+        _SIGNATURES[id(meta)] = (meta, columns, signature)  # meta kept: its id stays its own
+        while len(_SIGNATURES) > 64:
+            _SIGNATURES.pop(next(iter(_SIGNATURES)))
+    return signature
+
+
+#: The signatures of the last tables' metadata objects, by identity (a check asks for one
+#: several times; the schema lookups cost about what probing ten files does).
+_SIGNATURES: dict[int, tuple[TableMeta, list[str], list[list[str]]]] = {}
+_SIGNATURES_LOCK = threading.Lock()
 
 
 def added_keys(store: ObjectStore, meta: TableMeta, adds: Sequence[AddFile]) -> pa.Table:
@@ -310,30 +407,6 @@ def added_keys(store: ObjectStore, meta: TableMeta, adds: Sequence[AddFile]) -> 
         return one(adds[0]) if adds else scan_files(store, plan, [])
     with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(adds))) as pool:
         return pa.concat_tables(list(pool.map(one, adds)))
-
-
-def _within_ranges(meta: TableMeta, files: LiveFiles, keys: pa.Table) -> pa.Array | None:
-    """The rows of ``files`` whose [min, max] of the first key column holds one of ``keys``.
-
-    Integer columns only (None otherwise); a file without statistics is admitted.
-    """
-    name = keys.column_names[0]
-    field_ = meta.schema.field(name)
-    if name in meta.partition_columns or not pa.types.is_integer(field_.type):
-        return None
-    if keys.column(0).type != field_.type:
-        return None
-    physical = physical_name(field_)
-    low, high = min_column(physical), max_column(physical)
-    if low not in files.layout.schema.names or high not in files.layout.schema.names:
-        return None
-    bounds = files.columns([low, high])
-    info = np.iinfo(keys.column(0).type.to_pandas_dtype())
-    lows = bounds.column(0).fill_null(info.min).to_numpy()
-    highs = bounds.column(1).fill_null(info.max).to_numpy()
-    wanted = np.sort(keys.column(0).to_numpy())
-    inside = np.searchsorted(wanted, highs, "right") > np.searchsorted(wanted, lows, "left")
-    return pa.array(np.flatnonzero(inside), pa.int64())
 
 
 def _candidate_columns(meta: TableMeta, files: LiveFiles, names: Sequence[str]) -> list[str]:
