@@ -103,7 +103,9 @@ def connect(
             created with it starts at format version 3; an existing one turns
             it on with ``db.set_properties({"inlineLimit": "65536"})``.
         max_commit_attempts: how often a commit that loses races to
-            non-conflicting commits is rebased and retried.
+            non-conflicting commits is rebased and retried; while other
+            writers keep committing it goes on trying for up to 30 s past
+            that (``COMMIT_PATIENCE_SECONDS``); 1 means exactly one try.
         target_file_size: the size data files are cut at (bytes).
 
     Raises:

@@ -60,6 +60,8 @@ MAX_PROBES = 16
 HINT_INTERVAL = 8
 #: Winners' commits read back by lost puts, kept until a rebase reads them.
 WINNERS_KEPT = 8
+#: The largest number of commits :meth:`Log.read_forward` asks for at once.
+FORWARD_WINDOW = 16
 #: How often an ambiguous commit put is re-tried with the same bytes.
 AMBIGUOUS_PUT_ATTEMPTS = 3
 
@@ -226,6 +228,46 @@ class Log:
             return [self.read_commit(v) for v in versions]
         with ThreadPoolExecutor(max_workers=8) as pool:
             return list(pool.map(self.read_commit, versions))
+
+    def read_forward(self, first: int) -> list[Commit]:
+        """The commits from ``first`` on, up to the first version that does not exist.
+
+        For a writer that lost a race at ``first - 1`` and may be several
+        versions behind: the commits it needs to rebase are read directly
+        (no hint, no existence probes first), in windows of 1, 2, 4, ...
+        versions read at once on network stores, so catching up ``k`` versions
+        takes about log2(k) round trips and at most about ``k`` wasted misses.
+        ``first - 1`` must have been seen committed recently (as ``known`` in
+        :meth:`latest_version`); like probing, the read stops at a gap.
+        """
+        commits: list[Commit] = []
+        version, window = first, 1
+        while True:
+            versions = list(range(version, version + window))
+            if window == 1 or not self.store.concurrent_reads:
+                found = [self._get_commit(versions[0])]
+            else:
+                with ThreadPoolExecutor(max_workers=window) as pool:
+                    found = list(pool.map(self._get_commit, versions))
+            for v, data in zip(versions, found, strict=True):
+                if data is None:
+                    return commits
+                commits.append(decode_commit(commit_key(v), v, data))
+            version += window
+            if self.store.concurrent_reads:
+                window = min(FORWARD_WINDOW, 2 * window)
+
+    def _get_commit(self, version: int) -> bytes | None:
+        """The bytes of a commit (a lost put's read-back if kept), or None if it does not exist."""
+        if self._winners:
+            with self._winners_lock:
+                data = self._winners.pop(version, None)
+            if data is not None:
+                return data
+        try:
+            return self.store.get(commit_key(version))
+        except ObjectNotFound:
+            return None
 
     def put_commit(self, version: int, data: bytes, commit_id: str) -> PutOutcome:
         """Create the commit file for ``version`` and establish whether it is ours.

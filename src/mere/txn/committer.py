@@ -2,6 +2,9 @@
 
 ::
 
+    pause if other writers were racing lately (mere.txn.pacing)
+       │
+       ▼
     actions ──► encode, decode and apply to the base state, as a reader would
                 (a commit a reader would reject is refused, never published)
        │
@@ -11,9 +14,10 @@
        │ LOST (ambiguous outcomes resolved by commit id: mere.log.Log.put_commit)
        ▼
     read the winners ──► conflict with our footprint? ──► ConflictError
-       │ no
-       ▼
-    rebase onto them, validate again, retry (bounded, jittered backoff)
+       │ no              (the one whose put we lost; after a second loss in a
+       ▼                  row, every commit up to the latest: Log.read_forward)
+    rebase onto them, validate again, retry at once (bounded: max_attempts
+    lost races, and COMMIT_PATIENCE_SECONDS while others keep committing)
 
 Version 0 (a new database, an export's first commit) goes through
 :meth:`Committer.create`, with the same validation.
@@ -21,7 +25,6 @@ Version 0 (a new database, an export's first commit) goes through
 
 from __future__ import annotations
 
-import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -42,12 +45,15 @@ from mere.log.keys import commit_key
 from mere.log.log import Log, PutOutcome
 from mere.snapshot.state import DatabaseState
 from mere.txn.conflicts import TxFootprint, check_winner
+from mere.txn.pacing import pacing_of
 
 #: A transaction older than this moves to the latest version before its first commit try.
 STALE_SNAPSHOT_SECONDS = 60.0
 DEFAULT_MAX_COMMIT_ATTEMPTS = 100
-_BACKOFF_BASE = 0.002
-_BACKOFF_CAP = 0.25
+#: A commit that lost ``max_attempts`` races keeps trying while it has been trying for
+#: less than this (seconds): with many writers taking turns, it loses about one race
+#: per other writer before its turn comes, and every race it loses is another's commit.
+COMMIT_PATIENCE_SECONDS = 30.0
 
 #: Builds the commitInfo for a commit id on top of a base state.
 DescribeCommit = Callable[[str, DatabaseState, Sequence[Action]], CommitInfo]
@@ -126,7 +132,8 @@ class Committer:
         Raises:
             InvalidCommit: a reader would reject the commit.
             ConflictError: a winner conflicts with ``footprint``.
-            RetriesExhausted: lost ``max_attempts`` races in a row.
+            RetriesExhausted: lost ``max_attempts`` races in a row, and (unless
+                ``max_attempts`` is 1) kept losing for ``COMMIT_PATIENCE_SECONDS``.
             CommitOutcomeUnknown: the outcome could not be established.
         """
         commit_id = uuid.uuid4().hex
@@ -137,22 +144,44 @@ class Committer:
             latest = self.log.latest_version()
             if latest is not None and latest > base.version:
                 base = self.rebase(base, latest, footprint)
-        for attempt in range(1, self.max_attempts + 1):
+        pacing = pacing_of(self.log)
+        pause = pacing.pause()
+        if pause:
+            time.sleep(pause)
+        lost_at: float | None = None
+        first_put: float | None = None
+        attempt = 0
+        while True:
+            attempt += 1
             version = base.version + 1
             info = describe(commit_id, base, actions)
             data, state = validate(base, version, info, actions)
+            put_at = time.monotonic()
+            if lost_at is None:
+                first_put = put_at
+            else:
+                pacing.caught_up(put_at - lost_at)
             if self.log.put_commit(version, data, commit_id) is PutOutcome.WON:
+                pacing.won(time.monotonic() - put_at)
                 self.after_commit(state)
                 return Committed(version, state, info)
-            if attempt > 1:
-                # Back off before looking for the latest version, so the next try
-                # starts from what is newest after the pause, not before it.
-                time.sleep(random.uniform(0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2**attempt)))
-            # We just lost at ``version``: it exists, so discovery may start there.
-            latest = self.log.latest_version(known=version)
-            base = self.rebase(base, max(version, latest or version), footprint)
+            pacing.lost()
+            lost_at = put_at
+            # The lost put read the winner back: move onto it. After a first loss, try
+            # the next version at once (a loser is most often one version behind);
+            # after a second in a row the log moves faster than one step at a time,
+            # so first read forward to the latest (Log.read_forward).
+            winners = [self.log.read_commit(version)]
+            if attempt % 2 == 0:
+                winners += self.log.read_forward(version + 1)
+            base = self.rebase_onto(base, winners, footprint)
+            assert first_put is not None
+            if attempt >= self.max_attempts and (
+                self.max_attempts == 1 or time.monotonic() - first_put >= COMMIT_PATIENCE_SECONDS
+            ):
+                break
         raise RetriesExhausted(
-            f"gave up after {self.max_attempts} attempts to commit",
+            f"gave up after {attempt} attempts to commit",
             winning_version=base.version,
             table=None,
         )
@@ -166,8 +195,14 @@ class Committer:
         below it only for table metadata (names, creations), so a run ends
         after each commit that changes metadata.
         """
+        return self.rebase_onto(base, self.log.read_commits(base.version + 1, latest), footprint)
+
+    def rebase_onto(
+        self, base: DatabaseState, winners: Sequence[Commit], footprint: TxFootprint
+    ) -> DatabaseState:
+        """Check ``winners`` (the commits right after ``base``, in order) and move onto them."""
         run: list[Commit] = []
-        for commit in self.log.read_commits(base.version + 1, latest):
+        for commit in winners:
             check_winner(footprint, base, commit)  # base's metadata is the winner's `before`
             run.append(commit)
             if changes_metadata(commit):
@@ -200,6 +235,7 @@ def first_commit_info(operation: str, timestamp: int, **parameters: object) -> C
 
 
 __all__ = [
+    "COMMIT_PATIENCE_SECONDS",
     "DEFAULT_MAX_COMMIT_ATTEMPTS",
     "STALE_SNAPSHOT_SECONDS",
     "Committed",
