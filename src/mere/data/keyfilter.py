@@ -667,7 +667,9 @@ class Unions:
     @staticmethod
     def union(filters: Sequence[np.ndarray]) -> np.ndarray:
         """The union of filters of one size (their blocks' words)."""
-        out: np.ndarray = np.bitwise_or.reduce(np.stack(filters), axis=0)
+        out: np.ndarray = filters[0].copy()
+        for more in filters[1:]:
+            out |= more
         return out
 
 

@@ -9,11 +9,14 @@ does not trip over itself), and the committer's conflict check asks a
 transaction inserts.
 
 Reading is pruned by the files' statistics on the first key column (for
-integer keys: the files whose range holds one of the keys looked for; else
-the range of all of them), then by each committed file's key filter
-(:mod:`mere.data.keyfilter`: a file whose filter holds none of the keys is
-not read; the cached filters of all candidates are probed at once), and only
-the key columns are read. A committed file without a filter has its whole
+integer keys: the files whose range holds one of the keys looked for, kept
+from commit to commit with where their filters sit in a
+:class:`~mere.txn.keyindex.KeyIndex`; else the range of all of them), then
+by each committed file's key filter (:mod:`mere.data.keyfilter`: a file whose
+filter holds none of the keys is not read; the cached filters of all
+candidates are probed at once, files of one size through unions of their
+filters), and only the key columns are read. The keys are hashed once for
+all of it (:func:`mere.data.keyfilter.key_hashes`). A committed file without a filter has its whole
 key columns read once, and its filter built and saved as a sidecar for every
 later check. The transaction's own files are read only when the stage does
 not hold their key rows (it keeps those of the files it writes, and builds
@@ -346,7 +349,12 @@ def _indexed_candidates(
         rows, paths = rows[kept], [paths[i] for i in kept]
 
     def take(picked: Sequence[int]) -> list[AddFile]:
-        return [files[paths[i]] for i in picked]
+        wanted = [paths[i] for i in picked]
+        if len(wanted) <= TAKE_BY_PATH:
+            return [files[p] for p in wanted]
+        # Many (a fresh process meets every file unfiltered): one pass over the paths.
+        where = pc.index_in(pa.array(wanted, pa.string()), value_set=files.columns([PATH])[0])
+        return files.take(where, columns=_candidate_columns(meta, files, [column]))
 
     def status(
         store: ObjectStore, prefix: str, signature: list[list[str]], probe: keyfilter.Probe
@@ -354,6 +362,10 @@ def _indexed_candidates(
         return index.filter_status(store, prefix, signature, rows, probe)
 
     return Candidates(paths, take, status)
+
+
+#: Up to this many files a key check reads are looked up by path one by one.
+TAKE_BY_PATH = 4
 
 
 def _ranged_column(meta: TableMeta, keys: pa.Table) -> str | None:
