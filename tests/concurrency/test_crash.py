@@ -35,23 +35,31 @@ count on") must hold:
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import random
-import signal
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
+from crash_helpers import (
+    IDS,
+    WAIT,
+    check_acknowledged_commits_survived,
+    check_checkpoints_agree_with_the_log,
+    commit_until_crash,
+    commit_until_killed,
+    create_database,
+    kill,
+    read_acks,
+    reap_killed,
+)
 
 import mere
 from mere.log.log import HINT_INTERVAL
-from mere.storage import Fault, FaultyStore, LocalStore, SimulatedCrash
+from mere.storage import Fault, FaultyStore, LocalStore
 
 pytestmark = [
     pytest.mark.slow,
@@ -62,8 +70,6 @@ ROUNDS = 8
 WRITERS = 3
 KILL_AFTER = (0.05, 0.6)  # seconds after the writers are ready
 CHECKPOINT_INTERVAL = 5
-WAIT = 60.0
-IDS = pa.schema([pa.field("id", pa.string(), nullable=False)])
 
 COMMIT_FILE = r"^_log/\d{20}\.json$"
 CHECKPOINT_FILE = r"^_log/\d{20}\.checkpoint\.parquet$"
@@ -91,21 +97,9 @@ def _commit_one(db: mere.Database, ident: str) -> int:
     return tx.commit()
 
 
-def _acknowledge(ack: Any, ident: str, version: int) -> None:
-    """Record a commit durably, as a client promised "your commit is in" would."""
-    ack.write(f"{ident} {version}\n".encode())
-    ack.flush()
-    os.fsync(ack.fileno())
-
-
 def _killable_writer(db_path: str, prefix: str, ack_path: str, ready: Any) -> None:
     """Commit ids ``<prefix>n0, <prefix>n1, ...`` until killed, acknowledging each."""
-    db = mere.connect(db_path)
-    with open(ack_path, "ab") as ack:
-        ready.set()
-        for n in itertools.count():
-            ident = f"{prefix}n{n}"
-            _acknowledge(ack, ident, _commit_one(db, ident))
+    commit_until_killed(mere.connect(db_path), _commit_one, prefix, ack_path, ready)
 
 
 def _crashing_writer(
@@ -117,31 +111,10 @@ def _crashing_writer(
     as a process that died); it gives up after 20 commits if the fault never fired.
     """
     db = mere.connect(FaultyStore(LocalStore(db_path), [Fault(**fault)]))
-    with open(ack_path, "ab") as ack:
-        for n in range(20):
-            ident = f"{prefix}n{n}"
-            try:
-                version = _commit_one(db, ident)
-            except SimulatedCrash:
-                Path(crash_path).write_text(ident)
-                os._exit(0)
-            _acknowledge(ack, ident, version)
+    commit_until_crash(db, _commit_one, prefix, ack_path, crash_path, 20)
 
 
 # --- reading the outcome -----------------------------------------------------------------
-
-
-def read_acks(paths: list[Path]) -> dict[str, int]:
-    """Acknowledged commits, id -> version (a torn last line is no acknowledgement)."""
-    acks: dict[str, int] = {}
-    for path in paths:
-        if not path.exists():
-            continue
-        for line in path.read_text().splitlines(keepends=True):
-            if line.endswith("\n"):
-                ident, version = line.split()
-                acks[ident] = int(version)
-    return acks
 
 
 @dataclass
@@ -194,28 +167,6 @@ def check_every_version(db_path: Path, data_files: Any) -> Replay:
     return Replay(first_seen, latest)
 
 
-def check_checkpoints_agree_with_the_log(db_path: Path, latest: int) -> None:
-    """Versions rebuilt from the newest checkpoint at or below them equal full replays.
-
-    Checks each version where a checkpoint is due: it loads that checkpoint
-    if the writer lived to write it, else an older one plus some commits.
-    """
-    replayed = mere.connect(db_path, create=False)
-    from_checkpoints = mere.connect(db_path, create=False)
-    from_checkpoints.snapshot(latest)  # cached at the top: lower versions load a checkpoint
-    for version in range(0, latest + 1, CHECKPOINT_INTERVAL):
-        expected = table_files(replayed.snapshot(version))  # replays up, one commit at a time
-        assert table_files(from_checkpoints.snapshot(version)) == expected, version
-
-
-def check_acknowledged_commits_survived(acks: dict[str, int], replay: Replay) -> None:
-    """Each acknowledged id first appeared at its acknowledged version (and never left)."""
-    wrong = {
-        i: (v, replay.first_seen.get(i)) for i, v in acks.items() if replay.first_seen.get(i) != v
-    }
-    assert not wrong, f"acknowledged (id: (version, first seen at)) lost or moved: {wrong}"
-
-
 def check_still_takes_commits(db_path: Path, latest: int) -> None:
     """A new client commits at latest + 1, and sees its own commit."""
     db = mere.connect(db_path, create=False)
@@ -266,20 +217,13 @@ def what_the_crash_left(db_path: Path) -> set[str]:
     return left
 
 
-def create_database(db_path: Path) -> None:
-    db = mere.connect(db_path, checkpoint_interval=CHECKPOINT_INTERVAL)
-    with db.transaction() as tx:
-        tx.create_table("a", IDS)
-        tx.create_table("b", IDS)
-
-
 # --- SIGKILL at random moments ------------------------------------------------------------
 
 
 def test_writers_killed_at_random_moments_leave_every_version_whole(
     db_path: Path, tmp_path: Path, processes: Any, data_files: Any
 ) -> None:
-    create_database(db_path)
+    create_database(db_path, CHECKPOINT_INTERVAL)
     rng = random.Random(7)
     ack_paths = []
     for round_ in range(ROUNDS):
@@ -304,17 +248,14 @@ def test_writers_killed_at_random_moments_leave_every_version_whole(
         kill_times = [rng.uniform(*KILL_AFTER) for _ in writers]
         for when, writer in sorted(zip(kill_times, writers, strict=True), key=lambda p: p[0]):
             time.sleep(max(0.0, started + when - time.monotonic()))
-            assert writer.is_alive(), f"{writer.name} died on its own ({writer.exitcode})"
-            os.kill(writer.pid, signal.SIGKILL)
-        for writer in writers:
-            writer.join(WAIT)
-            assert writer.exitcode == -signal.SIGKILL, (writer.name, writer.exitcode)
+            kill(writer)
+        reap_killed(writers)
 
     left = what_the_crash_left(db_path)
     acks = read_acks(ack_paths)
     replay = check_every_version(db_path, data_files)
-    check_checkpoints_agree_with_the_log(db_path, replay.latest)
-    check_acknowledged_commits_survived(acks, replay)
+    check_checkpoints_agree_with_the_log(db_path, replay.latest, CHECKPOINT_INTERVAL, table_files)
+    check_acknowledged_commits_survived(acks, replay.first_seen)
     check_still_takes_commits(db_path, replay.latest)
     unacknowledged = set(replay.first_seen) - set(acks)
     print(
@@ -379,7 +320,7 @@ def test_a_crash_at_an_exact_point_of_a_commit_leaves_every_version_whole(
     processes: Any,
     data_files: Any,
 ) -> None:
-    create_database(db_path)
+    create_database(db_path, CHECKPOINT_INTERVAL)
     acks, crashed = tmp_path / "acks.txt", tmp_path / "crashed.txt"
     writer = processes.start(
         _crashing_writer, str(db_path), "c", str(acks), str(crashed), fault, name="crashing"
@@ -391,8 +332,8 @@ def test_a_crash_at_an_exact_point_of_a_commit_leaves_every_version_whole(
 
     acknowledged = read_acks([acks])
     replay = check_every_version(db_path, data_files)
-    check_checkpoints_agree_with_the_log(db_path, replay.latest)
-    check_acknowledged_commits_survived(acknowledged, replay)
+    check_checkpoints_agree_with_the_log(db_path, replay.latest, CHECKPOINT_INTERVAL, table_files)
+    check_acknowledged_commits_survived(acknowledged, replay.first_seen)
     last_acknowledged = max(acknowledged.values())
     if lands:
         assert replay.first_seen.get(in_flight) == replay.latest == last_acknowledged + 1

@@ -29,11 +29,8 @@ database still commits and flushes.
 
 from __future__ import annotations
 
-import itertools
-import os
 import random
 import re
-import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -42,9 +39,19 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from crash_helpers import (
+    WAIT,
+    check_acknowledged_commits_survived,
+    check_checkpoints_agree_with_the_log,
+    commit_until_crash,
+    commit_until_killed,
+    create_database,
+    kill,
+    read_acks,
+    reap_killed,
+)
 
 import mere
 from mere.cli.main import cli
@@ -61,8 +68,6 @@ ROUNDS = 3
 KILL_AFTER = (0.05, 0.6)  # seconds after the writers are ready
 CHECKPOINT_INTERVAL = 4
 FLUSH_BYTES = 2000
-WAIT = 60.0
-IDS = pa.schema([pa.field("id", pa.string(), nullable=False)])
 DATA_FILE = re.compile(r"^tables/[0-9a-f]{32}/.*\.parquet$")
 COMMIT_FILE = re.compile(r"^_log/\d{20}\.json$")
 
@@ -117,49 +122,20 @@ def _commit_one(db: mere.Database, ident: str) -> int:
     return tx.commit()
 
 
-def _acknowledge(ack: Any, ident: str, version: int) -> None:
-    ack.write(f"{ident} {version}\n".encode())
-    ack.flush()
-    os.fsync(ack.fileno())
-
-
 def _writer(db_path: str, prefix: str, ack_path: str, ready: Any, hold: Any, at: int) -> None:
     """Commit ids ``<prefix>n0, <prefix>n1, ...`` until killed; with ``hold``, held in a flush."""
     db = mere.connect(FlushTrap(db_path, "hold" if hold is not None else "none", at, hold))
-    with open(ack_path, "ab") as ack:
-        ready.set()
-        for n in itertools.count():
-            ident = f"{prefix}n{n}"
-            _acknowledge(ack, ident, _commit_one(db, ident))
+    commit_until_killed(db, _commit_one, prefix, ack_path, ready)
 
 
 def _crashing_writer(db_path: str, ack_path: str, crash_path: str, mode: str) -> None:
     """Commit ids until the store crashes in a flush; record the id in flight and die."""
-    db = mere.connect(FlushTrap(db_path, mode))
-    with open(ack_path, "ab") as ack:
-        for n in range(60):
-            ident = f"cn{n}"
-            try:
-                version = _commit_one(db, ident)
-            except SimulatedCrash:
-                Path(crash_path).write_text(ident)
-                os._exit(0)
-            _acknowledge(ack, ident, version)
+    commit_until_crash(
+        mere.connect(FlushTrap(db_path, mode)), _commit_one, "c", ack_path, crash_path, 60
+    )
 
 
 # --- reading the outcome -----------------------------------------------------------------
-
-
-def read_acks(paths: list[Path]) -> dict[str, int]:
-    """Acknowledged commits, id -> version (a torn last line is no acknowledgement)."""
-    acks: dict[str, int] = {}
-    for path in paths:
-        if path.exists():
-            for line in path.read_text().splitlines(keepends=True):
-                if line.endswith("\n"):
-                    ident, version = line.split()
-                    acks[ident] = int(version)
-    return acks
 
 
 @dataclass
@@ -174,34 +150,11 @@ class Replay:
     flushes: int
 
 
-class Ids:
-    """A table's ids at a version, each file (inlined or stored) decoded once."""
-
-    def __init__(self, store: LocalStore) -> None:
-        self.store = store
-        self.cache: dict[tuple[str, str], list[str]] = {}
-
-    def of(self, table: mere.TableSnapshot) -> list[str]:
-        ids: list[str] = []
-        for add in table.files:
-            key = (table.id, add.path)
-            if key not in self.cache:
-                source = (
-                    pa.BufferReader(add.inline)
-                    if add.inline is not None
-                    else self.store.open_input(f"tables/{table.id}/{add.path}")
-                )
-                self.cache[key] = pq.read_table(source).column("id").to_pylist()
-            ids.extend(self.cache[key])
-        return ids
-
-
-def check_every_version(db_path: Path) -> Replay:
+def check_every_version(db_path: Path, data_files: Any) -> Replay:
     """Open every version and check it is whole; a flush must leave the ids as they were."""
     db = mere.connect(db_path, create=False)
     latest = db.version
     operations = {e["version"]: e["operation"] for e in db.history()}
-    ids = Ids(LocalStore(db_path))
     first_seen: dict[str, int] = {}
     referenced: set[str] = set()
     before: set[str] = set()
@@ -210,7 +163,8 @@ def check_every_version(db_path: Path) -> Replay:
         snapshot = db.snapshot(version)
         if "a" not in snapshot.tables():
             continue
-        ids_a, ids_b = ids.of(snapshot.table("a")), ids.of(snapshot.table("b"))
+        ids_a = data_files.column(snapshot.table("a"), "id")
+        ids_b = data_files.column(snapshot.table("b"), "id")
         now = set(ids_a)
         assert len(ids_a) == len(now) and len(ids_b) == len(set(ids_b)), f"duplicates at {version}"
         assert now == set(ids_b), f"a and b differ at version {version}: {now ^ set(ids_b)}"
@@ -236,22 +190,6 @@ def layout(snapshot: mere.Snapshot) -> dict[str, list[tuple[str, bool]]]:
     """Every table's files at a snapshot, and whether each is inlined."""
     files: dict[str, list[AddFile]] = {n: snapshot.table(n).files for n in snapshot.tables()}
     return {n: sorted((f.path, f.inline is not None) for f in fs) for n, fs in files.items()}
-
-
-def check_checkpoints_agree_with_the_log(db_path: Path, latest: int) -> None:
-    """Versions rebuilt from the newest checkpoint at or below them equal full replays."""
-    replayed = mere.connect(db_path, create=False)
-    from_checkpoints = mere.connect(db_path, create=False)
-    from_checkpoints.snapshot(latest)
-    for version in range(0, latest + 1, CHECKPOINT_INTERVAL):
-        assert layout(from_checkpoints.snapshot(version)) == layout(replayed.snapshot(version))
-
-
-def check_acknowledged(acks: dict[str, int], replay: Replay) -> None:
-    wrong = {
-        i: (v, replay.first_seen.get(i)) for i, v in acks.items() if replay.first_seen.get(i) != v
-    }
-    assert not wrong, f"acknowledged (id: (version, first seen at)) lost or moved: {wrong}"
 
 
 def stored_data_files(db_path: Path) -> set[str]:
@@ -290,11 +228,8 @@ def check_still_works(db_path: Path, replay: Replay) -> None:
     assert CliRunner().invoke(cli, ["check", str(db_path)]).exit_code == 0
 
 
-def create_database(db_path: Path) -> None:
-    db = mere.connect(db_path, checkpoint_interval=CHECKPOINT_INTERVAL)
-    with db.transaction() as tx:
-        tx.create_table("a", IDS)
-        tx.create_table("b", IDS)
+def create_inlining_database(db_path: Path) -> None:
+    db = create_database(db_path, CHECKPOINT_INTERVAL)
     db.set_properties({"inlineLimit": "65536", "inlineFlushBytes": str(FLUSH_BYTES)})
 
 
@@ -302,9 +237,9 @@ def create_database(db_path: Path) -> None:
 
 
 def test_writers_killed_at_random_moments_and_inside_flushes(
-    db_path: Path, tmp_path: Path, processes: Any
+    db_path: Path, tmp_path: Path, processes: Any, data_files: Any
 ) -> None:
-    create_database(db_path)
+    create_inlining_database(db_path)
     rng = random.Random(11)
     ack_paths: list[Path] = []
     for round_ in range(ROUNDS):
@@ -331,19 +266,15 @@ def test_writers_killed_at_random_moments_and_inside_flushes(
         started = time.monotonic()
         for writer in writers[1:]:
             time.sleep(max(0.0, started + rng.uniform(*KILL_AFTER) - time.monotonic()))
-            assert writer.is_alive(), f"{writer.name} died on its own ({writer.exitcode})"
-            os.kill(writer.pid, signal.SIGKILL)
+            kill(writer)
         assert hold.wait(WAIT), "the held writer never flushed"
-        assert writers[0].is_alive(), "the held writer died on its own"
-        os.kill(writers[0].pid, signal.SIGKILL)  # between its flush's uploads and its commit
-        for writer in writers:
-            writer.join(WAIT)
-            assert writer.exitcode == -signal.SIGKILL, (writer.name, writer.exitcode)
+        kill(writers[0])  # between its flush's uploads and its commit
+        reap_killed(writers)
 
     acks = read_acks(ack_paths)
-    replay = check_every_version(db_path)
-    check_checkpoints_agree_with_the_log(db_path, replay.latest)
-    check_acknowledged(acks, replay)
+    replay = check_every_version(db_path, data_files)
+    check_checkpoints_agree_with_the_log(db_path, replay.latest, CHECKPOINT_INTERVAL, layout)
+    check_acknowledged_commits_survived(acks, replay.first_seen)
     orphans = check_clean_and_vacuumed(db_path, replay)
     assert len(orphans) >= ROUNDS  # each held writer left its flush's uploads behind
     assert replay.flushes > 0
@@ -366,9 +297,9 @@ def test_writers_killed_at_random_moments_and_inside_flushes(
     ],
 )
 def test_a_crash_inside_a_flush(
-    mode: str, orphaned: bool, db_path: Path, tmp_path: Path, processes: Any
+    mode: str, orphaned: bool, db_path: Path, tmp_path: Path, processes: Any, data_files: Any
 ) -> None:
-    create_database(db_path)
+    create_inlining_database(db_path)
     acks, crashed = tmp_path / "acks.txt", tmp_path / "crashed.txt"
     writer = processes.start(
         _crashing_writer, str(db_path), str(acks), str(crashed), mode, name="crashing"
@@ -378,9 +309,9 @@ def test_a_crash_inside_a_flush(
     in_flight = crashed.read_text()
 
     acknowledged = read_acks([acks])
-    replay = check_every_version(db_path)
-    check_checkpoints_agree_with_the_log(db_path, replay.latest)
-    check_acknowledged(acknowledged, replay)
+    replay = check_every_version(db_path, data_files)
+    check_checkpoints_agree_with_the_log(db_path, replay.latest, CHECKPOINT_INTERVAL, layout)
+    check_acknowledged_commits_survived(acknowledged, replay.first_seen)
     # The commit that made the checkpoint due landed before its writer started the flush.
     assert in_flight in replay.latest_ids and in_flight not in acknowledged
     assert replay.flushes == (1 if mode == "crash-after-commit" else 0)
