@@ -109,26 +109,19 @@ def test_probing_through_unions_agrees_with_each_filter(
     by_size: dict[int, list[int]] = {}
     for i in grouping.sample(range(len(sizes)), len(sizes)):  # type: ignore[attr-defined]
         by_size.setdefault(int(found.blocks[i]), []).append(i)
-    words: list[np.ndarray] = []
-    members: list[list[int]] = []
-    starts: list[int] = []
-    blocks: list[int] = []
-    end = 0
+    unions: list[keyfilter.Unions] = []
     for size, files in by_size.items():
+        words: list[np.ndarray] = []
+        members: list[list[int]] = []
         for at in range(0, len(files) - keyfilter.UNION_FILES + 1, keyfilter.UNION_FILES):
             group = files[at : at + keyfilter.UNION_FILES]
             parts = [cache.words_at(found.generation, int(found.offsets[i]), size) for i in group]
             words.append(keyfilter.Unions.union([p for p in parts if p is not None]))
             members.append([i if rng.random() < 0.8 else -1 for i in group])
-            starts.append(end)
-            blocks.append(size)
-            end += size
-    unions = keyfilter.Unions(
-        np.concatenate(words) if words else np.zeros((0, 8), np.uint32),
-        np.array(starts, np.int64),
-        np.array(blocks, np.int64),
-        np.array(members, np.int64).reshape(-1, keyfilter.UNION_FILES),
-    )
+        if words:
+            unions.append(
+                keyfilter.Unions(size, np.concatenate(words), np.array(members, np.int64))
+            )
     held = np.concatenate([h for _, h in built])
     for wanted in (
         rng.integers(0, 2**64, 300, dtype=np.uint64),  # absent
@@ -199,3 +192,26 @@ def test_keyed_writes_agree_with_a_set_of_keys(steps: list[tuple[str, list[int]]
         if held:
             kept, fresh = one_index(db)
             assert kept.entries() == fresh.entries()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    left=st.lists(st.tuples(st.integers(0, 9), st.sampled_from("ab")), max_size=25),
+    right=st.lists(st.tuples(st.integers(0, 9), st.sampled_from("ab")), max_size=60),
+    columns=st.sampled_from([1, 2]),
+)
+def test_intersect_is_the_set_of_keys_in_both_whichever_is_larger(
+    left: list[tuple[int, str]], right: list[tuple[int, str]], columns: int
+) -> None:
+    def table(rows: list[tuple[int, str]]) -> pa.Table:
+        data = {"k": pa.array([r[0] for r in rows], pa.int64())}
+        if columns == 2:
+            data["s"] = pa.array([r[1] for r in rows], pa.string())
+        return pa.table(data)
+
+    got = keys_module.intersect(table(left), table(right))
+    assert got.schema == table(left).schema
+    rows = [tuple(r.values()) for r in got.to_pylist()]
+    assert len(rows) == len(set(rows))
+    shape = (lambda r: (r[0],)) if columns == 1 else (lambda r: r)
+    assert set(rows) == {shape(r) for r in left} & {shape(r) for r in right}

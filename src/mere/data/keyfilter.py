@@ -474,7 +474,7 @@ class FilterCache:
         offsets: np.ndarray,
         blocks: np.ndarray,
         probe: Probe,
-        unions: Unions | None = None,
+        unions: Sequence[Unions] | None = None,
     ) -> np.ndarray | None:
         """Per filter located at ``generation`` (``offsets`` >= 0, with their ``blocks``): 1
         if it may hold one of ``probe``'s keys, else 0; None if the generation has passed.
@@ -487,7 +487,7 @@ class FilterCache:
                 return None
             if len(offsets) == 0 or len(probe) == 0:
                 return np.zeros(len(offsets), dtype=np.int8)
-            if unions is not None:
+            if unions:
                 return _probe_unions(self._arena, offsets, blocks, probe, unions, self._work)
             return _probe_blocks(self._arena, offsets, blocks, probe, self._work)
 
@@ -645,23 +645,21 @@ UNION_FILES = 8
 
 @dataclass(frozen=True)
 class Unions:
-    """Unions of filters of one size each, to rule keys out for all their members at once.
+    """Unions of filters of one size, to rule keys out for all their members at once.
 
-    A union is the bitwise OR of its members' filters (of :data:`UNION_FILES`
-    files of one size): it may hold every key one of them may hold, so a key it
-    rules out is ruled out for all of them. About 12% of a filter's bits are
-    set, and about 3% of absent keys pass a union of eight; a check tests the
-    unions, then each member only for the keys that passed its union: about a
-    fifth of the (filter, key) pairs of testing every filter.
+    A union is the bitwise OR of its members' filters (:data:`UNION_FILES`
+    files of ``blocks`` blocks each): it may hold every key one of them may
+    hold, so a key it rules out is ruled out for all of them. About 12% of a
+    filter's bits are set, and about 3% of absent keys pass a union of eight;
+    a check tests the unions, then each member only for the keys that passed
+    its union: about a fifth of the (filter, key) pairs of testing every filter.
 
-    ``words`` holds the unions one after the other, union ``u`` being its
-    blocks ``starts[u]`` to ``starts[u] + blocks[u]``; ``members[u]`` are its
-    members' positions among the filters probed (-1: none).
+    ``words`` holds the unions one after the other; ``members[u]`` are union
+    ``u``'s members' positions among the filters probed (-1: none).
     """
 
-    words: np.ndarray  # (blocks of all unions) x 8 uint32
-    starts: np.ndarray  # int64, per union
-    blocks: np.ndarray  # int64, per union
+    blocks: int
+    words: np.ndarray  # (unions * blocks) x 8 uint32
     members: np.ndarray  # unions x UNION_FILES, int64
 
     @staticmethod
@@ -678,24 +676,32 @@ def _probe_unions(
     offsets: np.ndarray,
     counts: np.ndarray,
     probe: Probe,
-    unions: Unions,
+    unions: Sequence[Unions],
     work: _Workspace,
 ) -> np.ndarray:
-    """:func:`_probe_blocks`, with the filters ``unions`` has members of tested through them."""
+    """:func:`_probe_blocks`, with the filters ``unions`` have members of tested through them."""
     flat = arena.view(np.uint64).reshape(-1)
     masks = np.ascontiguousarray(probe.masks).view(np.uint64)
     out = np.zeros(len(offsets), dtype=np.int8)
     covered = np.zeros(len(offsets), dtype=np.bool_)
-    covered[unions.members[unions.members >= 0]] = True
-    if len(unions.starts):
-        stacked = unions.words.view(np.uint64).reshape(-1)
-        passed, keys = _hits(stacked, unions.starts, unions.blocks, probe, work)
-        files = unions.members[passed].reshape(-1)
-        keys = np.repeat(keys, unions.members.shape[1])
-        files, keys = files[files >= 0], keys[files >= 0]
-        blocks = (counts[files].astype(np.uint64) * probe.selectors[keys]) >> np.uint64(32)
-        at = (offsets[files] + blocks.view(np.int64)) << 2
-        out[files[_held(flat, at, keys, masks)]] = 1
+    files: list[np.ndarray] = []
+    keys: list[np.ndarray] = []
+    for group in unions:
+        count = len(group.members)
+        covered[group.members[group.members >= 0]] = True
+        if count == 0:
+            continue
+        stacked = group.words.view(np.uint64).reshape(-1)
+        starts = np.arange(count, dtype=np.int64) * group.blocks
+        passed, their = _hits(stacked, starts, np.full(count, group.blocks), probe, work)
+        files.append(group.members[passed].reshape(-1))
+        keys.append(np.repeat(their, group.members.shape[1]))
+    if files:
+        file, key = np.concatenate(files), np.concatenate(keys)
+        file, key = file[file >= 0], key[file >= 0]
+        blocks = (counts[file].astype(np.uint64) * probe.selectors[key]) >> np.uint64(32)
+        at = (offsets[file] + blocks.view(np.int64)) << 2
+        out[file[_held(flat, at, key, masks)]] = 1
     rest = np.flatnonzero(~covered)
     if len(rest):
         out[rest] = _probe_blocks(arena, offsets[rest], counts[rest], probe, work)

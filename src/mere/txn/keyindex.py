@@ -46,26 +46,25 @@ INLINED = 2
 
 
 @dataclass(frozen=True)
+class _Group:
+    """The unions of one filter size: their words one after the other, their members' rows."""
+
+    words: np.ndarray  # (unions * blocks) x 8 uint32
+    rows: np.ndarray  # unions x UNION_FILES: members' rows in the index (-1: none)
+
+
+@dataclass(frozen=True)
 class _Unions:
-    """An index's unions of filters: for whom, their words, and their members' rows."""
+    """An index's unions of filters, by filter size (a size's group is copied only when a
+    union of that size is made or lost)."""
 
     owner: tuple[str, str, str]  # store uri, table prefix, signature
-    words: np.ndarray
-    starts: np.ndarray
-    blocks: np.ndarray
-    rows: np.ndarray  # unions x UNION_FILES: members' rows in the index (-1: none)
+    groups: dict[int, _Group]
     joined: np.ndarray  # per row of the index: a member of a union
 
     @staticmethod
     def empty(owner: tuple[str, str, str], files: int) -> _Unions:
-        return _Unions(
-            owner,
-            np.zeros((0, 8), dtype=np.uint32),
-            np.zeros(0, dtype=np.int64),
-            np.zeros(0, dtype=np.int64),
-            np.zeros((0, keyfilter.UNION_FILES), dtype=np.int64),
-            np.zeros(files, dtype=np.bool_),
-        )
+        return _Unions(owner, {}, np.zeros(files, dtype=np.bool_))
 
     def moved(self, keep: np.ndarray | None, more: int) -> _Unions:
         """The unions after rows ``~keep`` left the index and ``more`` rows joined at its end.
@@ -76,23 +75,17 @@ class _Unions:
             joined = np.concatenate([self.joined, np.zeros(more, dtype=np.bool_)])
             return replace(self, joined=joined)
         new_row = np.cumsum(keep) - 1
-        intact = np.array([bool(keep[r[r >= 0]].all()) for r in self.rows], dtype=np.bool_).reshape(
-            -1
-        )
-        rows = np.where(self.rows >= 0, new_row[np.maximum(self.rows, 0)], -1)[intact]
-        parts = [
-            self.words[start : start + count]
-            for start, count, ok in zip(
-                self.starts.tolist(), self.blocks.tolist(), intact.tolist(), strict=True
-            )
-            if ok
-        ]
-        blocks = self.blocks[intact]
-        starts = np.concatenate([[0], np.cumsum(blocks)[:-1]]).astype(np.int64)
-        words = np.concatenate(parts) if parts else np.zeros((0, 8), dtype=np.uint32)
         joined = np.zeros(int(keep.sum()) + more, dtype=np.bool_)
-        joined[rows[rows >= 0]] = True
-        return _Unions(self.owner, words, starts[: len(blocks)], blocks, rows, joined)
+        groups: dict[int, _Group] = {}
+        for blocks, group in self.groups.items():
+            intact = np.array([bool(keep[r[r >= 0]].all()) for r in group.rows], dtype=np.bool_)
+            if not intact.any():
+                continue
+            rows = np.where(group.rows >= 0, new_row[np.maximum(group.rows, 0)], -1)[intact]
+            words = group.words.reshape(len(group.rows), blocks, 8)[intact].reshape(-1, 8)
+            groups[blocks] = _Group(words, rows)
+            joined[rows[rows >= 0]] = True
+        return _Unions(self.owner, groups, joined)
 
     def grown(
         self, blocks: int, members: Sequence[Sequence[int]], words: Sequence[np.ndarray]
@@ -101,15 +94,12 @@ class _Unions:
         rows = np.array(members, dtype=np.int64).reshape(-1, keyfilter.UNION_FILES)
         joined = self.joined.copy()
         joined[rows.reshape(-1)] = True
-        end = int(self.starts[-1] + self.blocks[-1]) if len(self.starts) else 0
-        starts = end + blocks * np.arange(len(words), dtype=np.int64)
+        old = self.groups.get(blocks)
+        if old is not None:
+            rows = np.concatenate([old.rows, rows])
+            words = [old.words, *words]
         return _Unions(
-            self.owner,
-            np.concatenate([self.words, *words]),
-            np.concatenate([self.starts, starts]),
-            np.concatenate([self.blocks, np.full(len(words), blocks, dtype=np.int64)]),
-            np.concatenate([self.rows, rows]),
-            joined,
+            self.owner, {**self.groups, blocks: _Group(np.concatenate(words), rows)}, joined
         )
 
 
@@ -332,7 +322,7 @@ class KeyIndex(Derived):
         signature: list[list[str]],
         chosen: np.ndarray,
         generation: int,
-    ) -> keyfilter.Unions | None:
+    ) -> list[keyfilter.Unions] | None:
         """The unions of the located filters ``chosen`` (rows), made for every
         :data:`~mere.data.keyfilter.UNION_FILES` of one size not in one yet; their
         members as positions in ``chosen``. None: no union (under the lock)."""
@@ -362,12 +352,18 @@ class KeyIndex(Derived):
                     words.append(keyfilter.Unions.union([p for p in parts if p is not None]))
                 unions = unions.grown(size, members.tolist(), words)
             self._unions = unions
-        if len(unions.starts) == 0:
+        if not unions.groups:
             return None
         position = np.full(len(files.paths), -1, dtype=np.int64)
         position[chosen] = np.arange(len(chosen))
-        members = np.where(unions.rows >= 0, position[np.maximum(unions.rows, 0)], -1)
-        return keyfilter.Unions(unions.words, unions.starts, unions.blocks, members)
+        return [
+            keyfilter.Unions(
+                blocks,
+                group.words,
+                np.where(group.rows >= 0, position[np.maximum(group.rows, 0)], -1),
+            )
+            for blocks, group in unions.groups.items()
+        ]
 
     def entries(self) -> dict[str, tuple[int, int, int]]:
         """Per indexed file: the range of the first key column it is known to lie in, and
