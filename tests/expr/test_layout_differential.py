@@ -25,9 +25,7 @@ Division by zero (NULL in mere, infinity in DuckDB) is left out of the grammar.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import itertools
 import json
 import math
 import os
@@ -48,34 +46,25 @@ from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 
 import mere
-from mere.data import writer
+from layout_helpers import (
+    CMP,
+    I32_MAX,
+    I32_MIN,
+    I64_MAX,
+    I64_MIN,
+    PARTITION,
+    SCHEMA,
+    append_in_slices,
+    make_table,
+    row_group_bytes,
+    rows_of,
+)
 from mere.errors import InvalidExpression
 from mere.expr import parse, referenced_columns
 from mere.storage import MemoryStore
 
 UTC = dt.UTC
 NAN, INF = math.nan, math.inf
-I64_MIN, I64_MAX = -(2**63), 2**63 - 1
-I32_MIN, I32_MAX = -(2**31), 2**31 - 1
-
-SCHEMA = pa.schema(
-    [
-        pa.field("k", pa.int64(), nullable=False),
-        ("p", pa.string()),
-        ("i64", pa.int64()),
-        ("i32", pa.int32()),
-        ("n", pa.int16()),
-        ("f", pa.float64()),
-        ("g", pa.float32()),
-        ("s", pa.string()),
-        ("b", pa.bool_()),
-        ("d", pa.date32()),
-        ("ts", pa.timestamp("us")),
-        ("tz", pa.timestamp("us", "UTC")),
-        ("dec", pa.decimal128(10, 2)),
-    ]
-)
-PARTITION = "p"
 
 TIMESTAMPS = [
     dt.datetime(1, 1, 1),
@@ -114,17 +103,7 @@ VALUES: dict[str, list[object]] = {
     ],
 }
 
-
-def _cell(column: str) -> st.SearchStrategy[object]:
-    return st.sampled_from([None, *VALUES[column]])  # NULL as often as any one value
-
-
-ROW = st.fixed_dictionaries({c: _cell(c) for c in VALUES})
-
-
-def make_table(rows: list[dict[str, object]]) -> pa.Table:
-    data = {name: [r[name] for r in rows] for name in SCHEMA.names if name != "k"}
-    return pa.Table.from_pydict({"k": list(range(len(rows))), **data}, schema=SCHEMA)
+ROW = rows_of(VALUES)
 
 
 # --- the filter grammar -------------------------------------------------------------------
@@ -142,7 +121,6 @@ def _q(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-CMP = st.sampled_from(["=", "<>", "<", "<=", ">", ">="])
 FLOAT_LITERALS = [
     "CAST('NaN' AS DOUBLE)",
     "'nan'::DOUBLE",
@@ -386,16 +364,6 @@ def cases(draw: st.DrawFn) -> Case:
     )
 
 
-@contextlib.contextmanager
-def row_group_bytes(size: int) -> Iterator[None]:
-    saved = writer.ROW_GROUP_BYTES
-    writer.ROW_GROUP_BYTES = size
-    try:
-        yield
-    finally:
-        writer.ROW_GROUP_BYTES = saved
-
-
 # --- the reference, and mere's paths --------------------------------------------------------
 
 
@@ -599,10 +567,7 @@ def run_paths(
     with row_group_bytes(case.row_group_bytes):
         db.create_table("t", SCHEMA, partition_by=[PARTITION])
         t = db.table("t")
-        bounds = [0, *case.cuts, table.num_rows]
-        for start, end in itertools.pairwise(bounds):
-            if end > start:
-                t.append(table.slice(start, end - start))
+        append_in_slices(t, table, case.cuts)
         files = t.describe()["files"]
         note(f"files: {files}")
         event(f"files: {min(files, 5)}{'+' if files >= 5 else ''}")

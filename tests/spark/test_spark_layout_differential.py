@@ -22,14 +22,11 @@ tells apart), arithmetic (Spark's ANSI overflow rules), and dates before 1900.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
-import itertools
 import math
 import os
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -41,31 +38,29 @@ from hypothesis import strategies as st
 
 import mere
 import mere.spark
-from mere.data import writer
+from layout_helpers import (
+    CMP,
+    I32_MAX,
+    I32_MIN,
+    I64_MAX,
+    I64_MIN,
+    append_in_slices,
+    make_table,
+    row_group_bytes,
+    rows_of,
+)
+from layout_helpers import SCHEMA as ALL_COLUMNS
 
 pytestmark = pytest.mark.spark
 
 NAN, INF = math.nan, math.inf
-I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
-SCHEMA = pa.schema(
-    [
-        pa.field("k", pa.int64(), nullable=False),
-        ("p", pa.string()),
-        ("i64", pa.int64()),
-        ("i32", pa.int32()),
-        ("f", pa.float64()),
-        ("g", pa.float32()),
-        ("s", pa.string()),
-        ("b", pa.bool_()),
-        ("d", pa.date32()),
-        ("dec", pa.decimal128(10, 2)),
-    ]
-)
+#: The core test's columns but for ``n`` (its arithmetic) and the timestamps.
+SCHEMA = pa.schema([f for f in ALL_COLUMNS if f.name not in ("n", "ts", "tz")])
 VALUES: dict[str, list[object]] = {
     "p": ["x", "", "ü", "__HIVE_DEFAULT_PARTITION__"],
     "i64": [I64_MIN, -1, 0, 7, I64_MAX],
-    "i32": [-(2**31), -5, 0, 3, 2**31 - 1],
+    "i32": [I32_MIN, -5, 0, 3, I32_MAX],
     "f": [NAN, INF, -INF, -0.0, 0.0, 1.5, 5.0, 1e308],
     "g": [NAN, INF, -0.0, 1.5, -2.0],
     "s": ["", "a", "A", "ab", "é", "😀", "a_b"],
@@ -84,12 +79,6 @@ LITERALS: dict[str, list[str]] = {
     "dec": ["1.5", "-2.25", "0", "99999999.99"],
 }
 PEERS = {"i64": ["i32"], "i32": ["i64"], "f": ["g"], "g": ["f"], "s": ["p"], "p": ["s"]}
-CMP = st.sampled_from(["=", "<>", "<", "<=", ">", ">="])
-
-
-def make_table(rows: list[dict[str, object]]) -> pa.Table:
-    data = {name: [r[name] for r in rows] for name in SCHEMA.names if name != "k"}
-    return pa.Table.from_pydict({"k": list(range(len(rows))), **data}, schema=SCHEMA)
 
 
 @st.composite
@@ -132,7 +121,7 @@ FILTERS = st.recursive(
     ),
     max_leaves=3,
 )
-ROW = st.fixed_dictionaries({c: st.sampled_from([None, *v]) for c, v in VALUES.items()})
+ROW = rows_of(VALUES)
 
 
 @dataclass(frozen=True)
@@ -156,16 +145,6 @@ def cases(draw: st.DrawFn) -> Case:
         draw(st.lists(FILTERS, min_size=1, max_size=2)),
         inline_limit=draw(st.sampled_from([0, 0, 2600, 65536])),  # 2600: some files of 2-3 kB
     )
-
-
-@contextlib.contextmanager
-def row_group_bytes(size: int) -> Iterator[None]:
-    saved = writer.ROW_GROUP_BYTES
-    writer.ROW_GROUP_BYTES = size
-    try:
-        yield
-    finally:
-        writer.ROW_GROUP_BYTES = saved
 
 
 def spark_keys(df) -> list[int]:  # type: ignore[no-untyped-def]
@@ -211,7 +190,7 @@ REUSED = Case(
 @example(case=REUSED)
 @example(case=dataclasses.replace(NAN_CASE, inline_limit=65536))  # NaN rows inlined
 def test_spark_reads_agree_with_duckdb_on_any_layout(spark, case: Case) -> None:
-    data = make_table(case.rows)
+    data = make_table(case.rows, SCHEMA)
     con = duckdb.connect()
     con.register("t", data)
     with tempfile.TemporaryDirectory() as root, row_group_bytes(case.row_group_bytes):
@@ -219,10 +198,7 @@ def test_spark_reads_agree_with_duckdb_on_any_layout(spark, case: Case) -> None:
         db.create_table("t", SCHEMA, partition_by=["p"])
         if case.inline_limit:
             db.set_properties({"inlineLimit": str(case.inline_limit)})
-        bounds = [0, *case.cuts, data.num_rows]
-        for start, stop in itertools.pairwise(bounds):
-            if stop > start:
-                db.table("t").append(data.slice(start, stop - start))
+        append_in_slices(db.table("t"), data, case.cuts)
         errors: list[str] = []
         reads = {
             method: mere.spark.read(spark, root, "t", method=method)
