@@ -102,6 +102,14 @@ def _columns(text: str | None, option: str) -> list[str] | None:
     return names
 
 
+def _report(ctx: click.Context, as_json: bool, payload: Any, line: str) -> None:
+    """Print a command's one-line outcome, or ``payload`` as JSON (``--json``)."""
+    if wants_json(ctx, as_json):
+        emit_json(payload)
+    else:
+        console().print(line)
+
+
 _time_travel = time_travel_options(
     version_help="Version N, or the version of the export or tag NAME.",
     timestamp_help="The newest version committed at or before this time "
@@ -404,10 +412,7 @@ def checkpoint(ctx: click.Context, uri: str, as_json: bool) -> None:
     """
     with open_database(uri) as db:
         version = db.checkpoint()
-    if wants_json(ctx, as_json):
-        emit_json({"version": version})
-        return
-    console().print(f"checkpoint at version {version}")
+    _report(ctx, as_json, {"version": version}, f"checkpoint at version {version}")
 
 
 # --- export ----------------------------------------------------------------------------------
@@ -566,10 +571,9 @@ def drop_export(ctx: click.Context, uri: str, name: str, as_json: bool) -> None:
     """
     with open_database(uri) as db:
         version = db.drop_export(name)
-    if wants_json(ctx, as_json):
-        emit_json({"name": name, "version": version})
-        return
-    console().print(f"dropped {name} as version {version}")
+    _report(
+        ctx, as_json, {"name": name, "version": version}, f"dropped {name} as version {version}"
+    )
 
 
 @click.command("tag", short_help="Name a version and keep it from expiry and vacuum.")
@@ -594,10 +598,7 @@ def tag(
     """
     with open_database(uri) as db:
         info = db.tag(name, at_version)
-    if wants_json(ctx, as_json):
-        emit_json(info.to_dict())
-        return
-    console().print(f"tagged version {info.version} as {info.name}")
+    _report(ctx, as_json, info.to_dict(), f"tagged version {info.version} as {info.name}")
 
 
 @click.command("drop-tag", short_help="Drop a tag.")
@@ -612,10 +613,9 @@ def drop_tag(ctx: click.Context, uri: str, name: str, as_json: bool) -> None:
     """
     with open_database(uri) as db:
         version = db.drop_tag(name)
-    if wants_json(ctx, as_json):
-        emit_json({"name": name, "version": version})
-        return
-    console().print(f"dropped tag {name} as version {version}")
+    _report(
+        ctx, as_json, {"name": name, "version": version}, f"dropped tag {name} as version {version}"
+    )
 
 
 COMMANDS: list[click.Command] = [
