@@ -575,27 +575,30 @@ def _probe_blocks(
 def _hits(
     flat: np.ndarray,
     offsets: np.ndarray,
-    counts: np.ndarray,
+    counts: np.ndarray | int,
     probe: Probe,
     work: _Workspace | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The (filter, key) pairs whose key the filter may hold: two arrays of indices.
 
     Filter ``i`` is the blocks ``offsets[i]`` to ``offsets[i] + counts[i]`` of
-    ``flat`` (blocks as four 64-bit words each, two 32-bit words in each). The
-    first word is tested for every (filter, key) pair, which rules out all but
-    a few percent of the pairs of absent keys, and the other three one after
-    the other for the pairs left. Each key's block is computed once per
-    distinct filter size (64-bit multiplies are the slow part; files of one
-    size, the common case, share them).
+    ``flat`` (blocks as four 64-bit words each, two 32-bit words in each;
+    ``counts`` an int: all of that size). The first word is tested for every
+    (filter, key) pair, which rules out all but a few percent of the pairs of
+    absent keys, and the other three one after the other for the pairs left.
+    Each key's block is computed once per distinct filter size (64-bit multiplies are the slow
+    part; files of one size, the common case, share them).
     """
     work = work if work is not None else _Workspace()
     masks = np.ascontiguousarray(probe.masks).view(np.uint64)  # (keys x 4)
     first = masks[:, 0]
     n = len(probe)
     offsets = np.asarray(offsets, dtype=np.int64)
-    sizes, size_of = np.unique(np.asarray(counts, dtype=np.uint64), return_inverse=True)
-    size_of = size_of.reshape(-1)
+    if isinstance(counts, int):
+        sizes, size_of = np.array([counts], dtype=np.uint64), None
+    else:
+        sizes, size_of = np.unique(np.asarray(counts, dtype=np.uint64), return_inverse=True)
+        size_of = size_of.reshape(-1)
     # Each key's first 64-bit word within a filter of each size.
     starts = (np.multiply.outer(sizes, probe.selectors) >> np.uint64(32)).view(np.int64) << 2
     bases = offsets << 2
@@ -605,7 +608,7 @@ def _hits(
     for start in range(0, len(offsets), per):
         stop = min(len(offsets), start + per)
         where, words, equal = work.get(stop - start, n)
-        if len(sizes) == 1:
+        if size_of is None or len(sizes) == 1:
             np.add(bases[start:stop, None], starts[0][None, :], out=where)
         else:
             np.take(starts, size_of[start:stop], axis=0, out=where, mode="clip")
@@ -614,12 +617,37 @@ def _hits(
         words &= first
         np.equal(words, first, out=equal)
         maybe = np.flatnonzero(equal)
-        held = _held(flat, where.reshape(-1)[maybe], maybe % n, masks, 1)
+        key = maybe % n
+        held = _held(flat, where.reshape(-1)[maybe], key, masks, 1)
         filters.append(start + maybe[held] // n)
-        keys.append(maybe[held] % n)
+        keys.append(key[held])
     if not filters:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if len(filters) == 1:
+        return filters[0], keys[0]
     return np.concatenate(filters), np.concatenate(keys)
+
+
+#: Four true bytes read as one 32-bit word (either byte order): a block's four words held.
+_ALL_HELD = np.frombuffer(b"\x01\x01\x01\x01", dtype=np.uint32)[0]
+
+
+def _block_hits(
+    flat: np.ndarray, offsets: np.ndarray, counts: np.ndarray, probe: Probe
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_hits`, testing whole blocks at once (a block's four words are one row of
+    32 bytes): for unions, whose first words rule out too few pairs (half their bits
+    are set) for a word-at-a-time test to pay, and for a few filters (fewer steps)."""
+    masks = np.ascontiguousarray(probe.masks).view(np.uint64)  # (keys x 4)
+    n = len(probe)
+    sizes = np.asarray(counts, dtype=np.uint64)[:, None]
+    where = ((sizes * probe.selectors[None, :]) >> np.uint64(32)).view(np.int64)
+    where += np.asarray(offsets, dtype=np.int64)[:, None]
+    words = np.take(flat.reshape(-1, 4), where, axis=0)  # (filters x keys x 4)
+    words &= masks
+    same = np.ascontiguousarray(words == masks)
+    held = np.flatnonzero(same.view(np.uint32).reshape(-1) == _ALL_HELD)
+    return held // n, held % n
 
 
 def _held(
@@ -693,7 +721,8 @@ def _probe_unions(
             continue
         stacked = group.words.view(np.uint64).reshape(-1)
         starts = np.arange(count, dtype=np.int64) * group.blocks
-        passed, their = _hits(stacked, starts, np.full(count, group.blocks), probe, work)
+        sizes = np.full(count, group.blocks, dtype=np.int64)
+        passed, their = _block_hits(stacked, starts, sizes, probe)
         files.append(group.members[passed].reshape(-1))
         keys.append(np.repeat(their, group.members.shape[1]))
     if files:
@@ -703,9 +732,16 @@ def _probe_unions(
         at = (offsets[file] + blocks.view(np.int64)) << 2
         out[file[_held(flat, at, key, masks)]] = 1
     rest = np.flatnonzero(~covered)
-    if len(rest):
+    if 0 < len(rest) <= FEW_FILTERS:
+        found, _ = _block_hits(flat, offsets[rest], counts[rest], probe)
+        out[rest[found]] = 1
+    elif len(rest):
         out[rest] = _probe_blocks(arena, offsets[rest], counts[rest], probe, work)
     return out
+
+
+#: Up to this many filters outside unions are tested a whole block at a time.
+FEW_FILTERS = 16
 
 
 #: The process's filters.
