@@ -14,7 +14,9 @@ import io
 import json
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -43,6 +45,41 @@ def recheck(result: RunResult, history: History) -> set[str]:
         store.close()
     found = check(history, truth, result.config.make_workload(), result.config.isolation)
     return {k for k, v in found.counts.items() if v}
+
+
+def skew_prone_runs(
+    shared_dir: Path, name: str, seeds: int, **config: Any
+) -> Iterator[tuple[RunResult, set[str]]]:
+    """Runs of a write-skew-prone workload (few keys, reads then appends), one a seed.
+
+    Yields each run and the anomaly classes its check found; a test stops
+    drawing once it has seen what it looks for (write skew needs a collision).
+    """
+    for seed in range(seeds):
+        result = run(
+            RunConfig(
+                uri=str(shared_dir / f"{name}{seed}"),
+                processes=4,
+                transactions=150,
+                tables=1,
+                keys=2,
+                seed=seed,
+                **config,
+            )
+        )
+        yield result, {k for k, v in result.result.counts.items() if v}
+
+
+def first_showing(
+    runs: Iterator[tuple[RunResult, set[str]]], wanted: Callable[[set[str]], object]
+) -> tuple[RunResult, set[str]]:
+    """The first of ``runs`` whose anomaly classes are ``wanted``, else the last one."""
+    last = None
+    for last in runs:
+        if wanted(last[1]):
+            break
+    assert last is not None, "no run"
+    return last
 
 
 @pytest.fixture(scope="module")
@@ -122,21 +159,8 @@ def test_register_and_bank_runs_with_faults_are_valid(shared_dir: Path, workload
 
 def test_snapshot_isolation_shows_write_skew(shared_dir: Path) -> None:
     """Few keys, reads then appends: at snapshot the cycles serializable forbids appear."""
-    seen: set[str] = set()
-    for seed in range(3):
-        result = run(
-            RunConfig(
-                uri=str(shared_dir / f"db{seed}"),
-                isolation="snapshot",
-                processes=4,
-                transactions=150,
-                tables=1,
-                keys=2,
-                seed=seed,
-            )
-        )
+    for result, seen in skew_prone_runs(shared_dir, "db", 3, isolation="snapshot"):
         assert result.valid  # allowed at snapshot
-        seen = {k for k, v in result.result.counts.items() if v}
         if seen:
             break
     assert seen and seen <= {"G-single", "G2"}, seen
@@ -251,23 +275,14 @@ def test_a_build_without_conflict_detection_is_caught(shared_dir: Path) -> None:
     G-single or G2 (or the conflict it should have raised) and the verdict
     must be invalid.
     """
-    found: set[str] = set()
-    for seed in range(3):
-        result = run(
-            RunConfig(
-                uri=str(shared_dir / f"broken{seed}"),
-                isolation="serializable",
-                processes=4,
-                transactions=150,
-                tables=1,
-                keys=2,
-                seed=seed,
-                unsafe_disable_conflict_detection=True,
-            )
-        )
-        found = {k for k, v in result.result.counts.items() if v}
-        if found & {"G-single", "G2"}:
-            break
+    broken = skew_prone_runs(
+        shared_dir,
+        "broken",
+        3,
+        isolation="serializable",
+        unsafe_disable_conflict_detection=True,
+    )
+    result, found = first_showing(broken, lambda found: found & {"G-single", "G2"})
     assert found & {"G-single", "G2"}, found
     assert not result.valid
     assert set(result.result.forbidden_found) & {"G-single", "G2"}
@@ -302,23 +317,14 @@ def _rendered(result: RunResult) -> str:
 
 def test_upserts_without_conflict_detection_duplicate_keys(shared_dir: Path) -> None:
     """The checker sees duplicate keys when the key conflict rule is off (a broken build)."""
-    found: set[str] = set()
-    for seed in range(4):
-        result = run(
-            RunConfig(
-                uri=str(shared_dir / f"keys{seed}"),
-                workload="upsert",
-                isolation="snapshot",
-                processes=4,
-                transactions=150,
-                tables=1,
-                keys=2,
-                seed=seed,
-                unsafe_disable_conflict_detection=True,
-            )
-        )
-        found = {k for k, v in result.result.counts.items() if v}
-        if "duplicate-key" in found:
-            break
+    broken = skew_prone_runs(
+        shared_dir,
+        "keys",
+        4,
+        workload="upsert",
+        isolation="snapshot",
+        unsafe_disable_conflict_detection=True,
+    )
+    result, found = first_showing(broken, lambda found: "duplicate-key" in found)
     assert "duplicate-key" in found, found
     assert not result.valid
