@@ -44,6 +44,14 @@ def test_a_client_that_lost_pauses_before_each_commit_up_to_twice_its_catch_up()
     assert any(x > 0 for x in pauses)
 
 
+def test_a_loser_waits_up_to_its_catch_up_and_nothing_before_it_knows_one() -> None:
+    p = Pacing()
+    assert p.after_loss() == 0.0
+    p.caught_up(0.01)
+    waits = [p.after_loss() for _ in range(20)]
+    assert all(0 <= x <= 0.01 for x in waits)
+
+
 def test_unused_probes_grow_to_a_bound_and_a_lost_race_resets_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -14,8 +14,8 @@
        │ LOST (ambiguous outcomes resolved by commit id: mere.log.Log.put_commit)
        ▼
     read the winners ──► conflict with our footprint? ──► ConflictError
-       │ no              (the one whose put we lost; after a second loss in a
-       ▼                  row, every commit up to the latest: Log.read_forward)
+       │ no              (the one whose put we lost, then, after a short random
+       ▼                  wait, every commit up to the latest: Log.read_forward)
     rebase onto them, validate again, retry at once (bounded: max_attempts
     lost races, and COMMIT_PATIENCE_SECONDS while others keep committing)
 
@@ -167,12 +167,17 @@ class Committer:
                 return Committed(version, state, info)
             pacing.lost()
             lost_at = put_at
-            # The lost put read the winner back: move onto it. After a first loss, try
-            # the next version at once (a loser is most often one version behind);
-            # after a second in a row the log moves faster than one step at a time,
-            # so first read forward to the latest (Log.read_forward).
+            # The lost put read the winner back: move onto it. Then wait a random time
+            # up to our catch-up (so that losers do not all race for the next version
+            # again) and read forward to the latest (Log.read_forward). With nothing
+            # to go by yet, try the next version at once, and read forward only
+            # after a second loss in a row.
             winners = [self.log.read_commit(version)]
-            if attempt % 2 == 0:
+            wait = pacing.after_loss()
+            if wait:
+                time.sleep(wait)
+                lost_at += wait
+            if wait or attempt % 2 == 0:
                 winners += self.log.read_forward(version + 1)
             base = self.rebase_onto(base, winners, footprint)
             assert first_put is not None

@@ -17,11 +17,18 @@ itself, recently. Hence, per client (one :class:`Pacing` per
 * a client that keeps winning without losing cannot tell "alone" from
   "everyone else is starving", so after ``PROBE_EVERY`` such wins it pauses
   once (a probe), a random time up to a scale that starts at twice its put
-  time (or its last catch-up, if longer) and grows ``PROBE_GROWTH`` times after
-  each probe no loser used, up to ``PROBE_MAX``. A loser that gets through makes the winner lose,
-  and turns start. Probes are spaced at least ``PROBE_SPACING`` times their
-  scale apart, so a client alone spends at most about 1 / (2 *
-  ``PROBE_SPACING``) of its time in them.
+  time (or its last catch-up, if longer) and grows ``PROBE_GROWTH`` times
+  after each probe no loser used, up to ``PROBE_MAX``. A loser that gets
+  through makes the winner lose, and turns start. Probes are spaced at least
+  ``PROBE_SPACING`` times their scale apart, so a client alone spends at most
+  about 1 / (2 * ``PROBE_SPACING``) of its time in them;
+* a loser, once it has read the winner back, waits a random time up to its
+  catch-up (``LOSER_SPREAD``) and then reads forward to the latest version
+  before it tries again. Losers that all tried the next version at once
+  would all but one lose again (each lost race costs a put, a read and a
+  validation); spread out, a later one reads the earlier one's commit
+  instead of racing it. This halved the lost races per commit (5 to 2.8 with
+  8 local writers, docs/benchmarks.md).
 
 The pauses are the only cost: nothing is written or read for them.
 """
@@ -46,6 +53,8 @@ PROBE_SPACING = 25
 PROBE_GROWTH = 4
 #: ... up to this (seconds).
 PROBE_MAX = 0.2
+#: A loser waits up to this many times its catch-up before reading forward.
+LOSER_SPREAD = 1.0
 #: Weight of the newest sample in the moving averages.
 _WEIGHT = 0.2
 
@@ -81,6 +90,11 @@ class Pacing:
             self.probe_scale = min(PROBE_MAX, PROBE_GROWTH * scale)
             return random.uniform(0, scale)
 
+    def after_loss(self) -> float:
+        """Seconds a loser waits before it reads forward and tries again."""
+        with self.lock:
+            return random.uniform(0, LOSER_SPREAD * self.catch_up)
+
     def won(self, put_seconds: float) -> None:
         """A put of ours landed after ``put_seconds``."""
         with self.lock:
@@ -115,4 +129,12 @@ def pacing_of(log: Log) -> Pacing:
         return pacing
 
 
-__all__ = ["CONTENTION_WINDOW", "PROBE_EVERY", "PROBE_MAX", "PROBE_SPACING", "Pacing", "pacing_of"]
+__all__ = [
+    "CONTENTION_WINDOW",
+    "LOSER_SPREAD",
+    "PROBE_EVERY",
+    "PROBE_MAX",
+    "PROBE_SPACING",
+    "Pacing",
+    "pacing_of",
+]
