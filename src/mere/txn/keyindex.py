@@ -253,13 +253,16 @@ class KeyIndex(Derived):
 
     def admitted(self, keys: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """The files whose range holds one of ``keys`` (sorted, of :attr:`dtype`): their
-        rows in this index and their paths."""
+        rows in this index and their paths (not to be changed: random keys admit every
+        file, and then the index's own list is returned)."""
         with self._lock:
             files = self._ready()
         inside = np.searchsorted(keys, files.high, "right") > np.searchsorted(
             keys, files.low, "left"
         )
         rows = np.flatnonzero(inside)
+        if len(rows) == len(files.paths):
+            return rows, files.paths
         return rows, [files.paths[i] for i in rows.tolist()]
 
     def filter_status(
