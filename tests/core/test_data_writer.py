@@ -244,3 +244,24 @@ def test_a_small_file_then_a_large_piece_keeps_exact_string_bounds() -> None:
     stats = _file_stats([small, large], small_rows=16)
     assert (stats["minValues"]["s"], stats["maxValues"]["s"]) == ("a0", "zz")
     assert stats == _file_stats([small, large], small_rows=0)
+
+
+def test_a_column_renamed_then_added_again_is_written_under_its_new_physical_name() -> None:
+    """Schemas compare equal whatever their fields' metadata (where physical names
+    live), so a cache of file schemas keyed by the schema alone gave table ``t``
+    the file columns of table ``u`` (same names and types, no renames): ``t``'s
+    new ``x`` was written where its old one lives (found by the SQLite oracle)."""
+    db = mere.connect(MemoryStore())
+    plain = pa.schema([pa.field("k", pa.int64()), pa.field("y", pa.int64())])
+    plain = plain.append(pa.field("x", pa.int64()))
+    db.create_table("u", plain)
+    db.table("u").append([{"k": 0, "y": 1, "x": 2}])
+    db.create_table("t", pa.schema([pa.field("k", pa.int64()), pa.field("x", pa.int64())]))
+    db.table("t").append([{"k": 0, "x": 10}])
+    with db.transaction() as tx:
+        tx.alter_table("t").rename_column("x", "y").add_column("x", pa.int64())
+    assert db.table("t").schema == plain  # equal, though "y" is stored as "x"
+    db.table("u").append([{"k": 1, "y": 3, "x": 4}])
+    db.table("t").append([{"k": 1, "y": 11, "x": 21}])
+    rows = sorted(db.table("t").scan().to_pylist(), key=lambda r: r["k"])
+    assert rows == [{"k": 0, "y": 10, "x": None}, {"k": 1, "y": 11, "x": 21}]

@@ -38,7 +38,7 @@ from mere.data.values import MAX_STAT_STRING, partition_text, stat_to_json
 from mere.errors import InvalidKey, MereError, ObjectNotFound, StorageError
 from mere.log.actions import AddFile, TableMeta
 from mere.names import escape_partition_value
-from mere.schema import data_columns, has_statistics
+from mere.schema import data_columns, has_statistics, physical_name
 from mere.storage.base import ObjectStore
 
 log = logging.getLogger("mere")
@@ -117,7 +117,11 @@ class DataFileWriter:
         self.table = table
         self.target_file_size = target_file_size
         self.inline_limit = inline_limit
-        self.file_schema = _file_schema(table.schema, tuple(table.partition_columns))
+        self.file_schema = _file_schema(
+            table.schema,
+            tuple(table.partition_columns),
+            tuple(physical_name(f) for f in table.schema),
+        )
         self._logical = [f.name for f in table.schema if f.name not in table.partition_columns]
         # Whether rows already have the file's columns, under the file's names.
         self._as_stored = self._logical == self.file_schema.names == table.schema.names
@@ -413,7 +417,11 @@ def footer_statistics_columns(schema: pa.Schema) -> list[str]:
 
 
 @functools.lru_cache(maxsize=128)
-def _file_schema(schema: pa.Schema, partition_by: tuple[str, ...]) -> pa.Schema:
+def _file_schema(
+    schema: pa.Schema, partition_by: tuple[str, ...], physical: tuple[str, ...]
+) -> pa.Schema:
+    """``data_columns``, cached. ``physical`` (the columns' names in files) is part
+    of the key because schemas compare equal whatever their fields' metadata."""
     return data_columns(schema, partition_by)
 
 
