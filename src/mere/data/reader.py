@@ -8,6 +8,8 @@ the current table schema.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -27,6 +29,7 @@ from mere.schema import physical_name
 from mere.storage.base import ObjectStore
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 READ_BATCH_ROWS = 128 * 1024
 #: Files read at once by :func:`read_files` (pyarrow releases the GIL while decoding).
@@ -52,11 +55,15 @@ def read_file(
     table's, and otherwise every row is returned).
     """
     schema = pa.schema([table.schema.field(c) for c in columns])
+    if add.inline is not None:  # decoded once, then from memory
+        whole = decoded_inline(table, add)
+        stored = _stored_columns(table, schema, whole.schema)
+        return _assemble(table, add, schema, whole.select(stored) if stored else None, add.rows)
     source = open_data_file(store, table, add)
     try:
         with parquet_errors(table, add):
             pf = pq.ParquetFile(source)
-            stored = _stored_columns(table, schema, pf)
+            stored = _stored_columns(table, schema, pf.schema_arrow)
             if row_filter is not None and stored and row_filter.applies_to(table, pf.schema_arrow):
                 fragment = ds.ParquetFileFormat().make_fragment(source)
                 data = fragment.to_table(columns=stored, filter=row_filter.expression)
@@ -78,25 +85,69 @@ def read_files(
     row_filter: RowFilter | None = None,
 ) -> list[pa.Table]:
     """:func:`read_file` for each of ``files``, several at a time, in order."""
-    return in_parallel(files, lambda add: read_file(store, table, add, columns, row_filter))
+    return in_parallel(
+        files,
+        lambda add: read_file(store, table, add, columns, row_filter),
+        lambda add: add.inline is None,
+    )
 
 
-def in_parallel(files: Sequence[AddFile], read: Callable[[AddFile], T]) -> list[T]:
-    """``read`` of each of ``files``, in order.
+def read_parts(
+    store: ObjectStore,
+    table: TableMeta,
+    files: Sequence[AddFile],
+    columns: Sequence[str],
+    row_filter: RowFilter | None = None,
+    finish: Callable[[pa.Table], pa.Table] = lambda rows: rows,
+) -> list[pa.Table]:
+    """The rows of ``files``, in order, in parts: ``finish`` of one stored file's
+    rows, or of a run of inlined files that share their partition values and
+    their columns (one table assembled for the run, not one per file: a
+    one-row file costs more to assemble than to read once decoded)."""
+    runs: list[list[AddFile]] = []
+    for add in files:
+        last = runs[-1][-1] if runs else None
+        if (
+            last is not None
+            and add.inline is not None
+            and last.inline is not None
+            and add.partition_values == last.partition_values
+            and decoded_inline(table, add).schema == decoded_inline(table, last).schema
+        ):
+            runs[-1].append(add)
+        else:
+            runs.append([add])
+
+    def read(run: list[AddFile]) -> pa.Table:
+        if len(run) == 1:
+            return finish(read_file(store, table, run[0], columns, row_filter))
+        schema = pa.schema([table.schema.field(c) for c in columns])
+        decoded = [decoded_inline(table, add) for add in run]
+        stored = _stored_columns(table, schema, decoded[0].schema)
+        # One chunk per column, not one per file: engines pay per chunk they scan.
+        data = pa.concat_tables([d.select(stored) for d in decoded]).combine_chunks()
+        data = data if stored else None
+        return finish(_assemble(table, run[0], schema, data, sum(add.rows for add in run)))
+
+    return in_parallel(runs, read, lambda run: run[0].inline is None)
+
+
+def in_parallel(items: Sequence[U], read: Callable[[U], T], stored: Callable[[U], bool]) -> list[T]:
+    """``read`` of each of ``items``, in order.
 
     Stored files are read by up to ``READ_THREADS`` threads (their reads wait
     for the store); inlined ones on the calling thread, meanwhile (their bytes
     are in memory: a thread would only add its hand-off).
     """
-    stored = [i for i, add in enumerate(files) if add.inline is None]
-    if len(stored) <= 1:
-        return [read(add) for add in files]
-    out: list[T | None] = [None] * len(files)
-    with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(stored))) as pool:
-        pending = {i: pool.submit(read, files[i]) for i in stored}
-        for i, add in enumerate(files):
-            if add.inline is not None:
-                out[i] = read(add)
+    threaded = [i for i, item in enumerate(items) if stored(item)]
+    if len(threaded) <= 1:
+        return [read(item) for item in items]
+    out: list[T | None] = [None] * len(items)
+    with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(threaded))) as pool:
+        pending = {i: pool.submit(read, items[i]) for i in threaded}
+        for i, item in enumerate(items):
+            if not stored(item):
+                out[i] = read(item)
         for i, future in pending.items():
             out[i] = future.result()
     return cast(list[T], out)
@@ -156,11 +207,14 @@ def iter_file(
 ) -> Iterator[pa.Table]:
     """Read one data file in bounded pieces (for streaming scans)."""
     schema = pa.schema([table.schema.field(c) for c in columns])
+    if add.inline is not None:  # a few rows, decoded once
+        yield read_file(store, table, add, columns)
+        return
     source = open_data_file(store, table, add)
     try:
         with parquet_errors(table, add):
             pf = pq.ParquetFile(source)
-            stored = _stored_columns(table, schema, pf)
+            stored = _stored_columns(table, schema, pf.schema_arrow)
         if not stored:
             yield _assemble(table, add, schema, None, add.rows)
             return
@@ -204,9 +258,45 @@ def at_version(version: int | None) -> Iterator[None]:
         raise exc.at_version(version) from exc.__cause__
 
 
-def _stored_columns(table: TableMeta, schema: pa.Schema, pf: pq.ParquetFile) -> list[str]:
+#: Decoded inlined files are kept in memory while their inlined bytes add up to
+#: at most this, least recently used out first: decoding a one-row Parquet file
+#: costs about 0.1 ms, so a query over a table's thousands of inlined files
+#: would otherwise pay that for each file, every time. (A table holds at most ``inlineFlushBytes``,
+#: 8 MiB by default, before they are flushed to data files.)
+INLINED_CACHE_BYTES = 64 * 1024 * 1024
+_inlined: OrderedDict[tuple[str, str, bytes], tuple[pa.Table, int]] = OrderedDict()
+_inlined_bytes = 0
+_inlined_lock = threading.Lock()
+
+
+def decoded_inline(table: TableMeta, add: AddFile) -> pa.Table:
+    """Every column of an inlined data file, as stored (physical names, file types).
+
+    Raises:
+        CorruptDataFile: the bytes are not a Parquet file.
+    """
+    assert add.inline is not None
+    global _inlined_bytes
+    key = (table.id, add.path, add.inline)  # by content: a damaged copy is decoded afresh
+    with _inlined_lock:
+        found = _inlined.get(key)
+        if found is not None:
+            _inlined.move_to_end(key)
+            return found[0]
+    with parquet_errors(table, add):
+        decoded = pq.ParquetFile(pa.BufferReader(add.inline)).read(use_threads=False)
+    with _inlined_lock:
+        if key not in _inlined:
+            _inlined[key] = (decoded, len(add.inline))
+            _inlined_bytes += len(add.inline)
+        while _inlined_bytes > INLINED_CACHE_BYTES:
+            _inlined_bytes -= _inlined.popitem(last=False)[1][1]
+    return decoded
+
+
+def _stored_columns(table: TableMeta, schema: pa.Schema, file_schema: pa.Schema) -> list[str]:
     """Physical names of the requested columns that this file actually holds."""
-    present = set(pf.schema_arrow.names)
+    present = set(file_schema.names)
     wanted = (physical_name(f) for f in schema if f.name not in table.partition_columns)
     return [name for name in wanted if name in present]
 

@@ -44,6 +44,7 @@ import pyarrow.fs as pafs
 import pyarrow.types as pat
 
 from mere.data.external import data_file_location, data_file_name
+from mere.data.reader import read_parts
 from mere.data.values import from_text
 from mere.errors import DataFileMissing, InvalidKey, ObjectNotFound
 from mere.log.actions import AddFile, TableMeta
@@ -65,24 +66,43 @@ def physical_schema(meta: TableMeta) -> pa.Schema:
     return pa.schema(fields)
 
 
-def physical_dataset(
-    store: ObjectStore, meta: TableMeta, files: Sequence[AddFile]
-) -> ds.FileSystemDataset:
+def physical_dataset(store: ObjectStore, meta: TableMeta, files: Sequence[AddFile]) -> ds.Dataset:
     """The files as one dataset in :func:`physical_schema`, with what the log knows of each.
 
     Each file is read where :func:`~mere.data.external.data_file_location`
     says it lives: in ``store``, or (an absolute path of an export's target)
-    in its source's store; an inlined file from its bytes.
+    in its source's store. Inlined files are in memory already: their rows
+    join as one in-memory dataset (:func:`inlined_table`), not as a Parquet
+    fragment each (which cost about 0.5 ms a file on every query).
     """
+    inlined = [add for add in files if add.inline is not None]
+    if not inlined:
+        return _stored_dataset(store, meta, files)
+    memory = ds.dataset(inlined_table(store, meta, inlined))
+    if len(inlined) == len(files):
+        return memory
+    stored = [add for add in files if add.inline is None]
+    return ds.dataset([_stored_dataset(store, meta, stored), memory])
+
+
+def inlined_table(store: ObjectStore, meta: TableMeta, files: Sequence[AddFile]) -> pa.Table:
+    """The rows of the inlined ``files``, in :func:`physical_schema`.
+
+    Decoded once per process and assembled a run of files at a time
+    (:func:`mere.data.reader.read_parts`).
+    """
+    parts = read_parts(store, meta, files, meta.schema.names)
+    rows = pa.concat_tables(parts) if parts else meta.schema.empty_table()
+    return rows.rename_columns(physical_schema(meta).names)
+
+
+def _stored_dataset(
+    store: ObjectStore, meta: TableMeta, files: Sequence[AddFile]
+) -> ds.FileSystemDataset:
     local = pafs.LocalFileSystem()
     fragments: list[ds.ParquetFileFragment | None] = [None] * len(files)
     remote: dict[int, tuple[ObjectStore, list[tuple[int, str]]]] = {}
     for i, add in enumerate(files):
-        if add.inline is not None:  # its bytes are in the log
-            fragments[i] = _FORMAT.make_fragment(
-                pa.BufferReader(add.inline), partition_expression=file_guarantee(meta, add)
-            )
-            continue
         holder, key = data_file_location(store, meta, add)
         if isinstance(holder, LocalStore):
             fragments[i] = _FORMAT.make_fragment(
@@ -217,6 +237,7 @@ __all__ = [
     "file_guarantee",
     "has_renamed_columns",
     "local_path",
+    "inlined_table",
     "physical_dataset",
     "physical_schema",
     "table_dataset",

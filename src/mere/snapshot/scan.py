@@ -7,6 +7,7 @@ same expression, compiled to pyarrow compute, filters the rows that remain.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -14,7 +15,7 @@ from functools import cached_property
 import pyarrow as pa
 
 from mere import expr as sqlexpr
-from mere.data.reader import RowFilter, at_version, in_parallel, iter_file, read_file
+from mere.data.reader import RowFilter, at_version, iter_file, read_parts
 from mere.data.values import from_text, stat_from_json
 from mere.errors import InvalidExpression, SchemaMismatch
 from mere.log.actions import AddFile, TableMeta
@@ -171,14 +172,12 @@ def scan_files(
     """
 
     row_filter = plan.row_filter()
-
-    def one(add: AddFile) -> pa.Table:
-        return _finish(plan, read_file(store, plan.table, add, plan.read_columns, row_filter))
-
     if not files:
         return output_schema(plan).empty_table()
     with at_version(version):
-        parts = in_parallel(files, one)
+        columns = plan.read_columns
+        finish = functools.partial(_finish, plan)
+        parts = read_parts(store, plan.table, files, columns, row_filter, finish)
     if not plan.columns:  # concat_tables drops the row count of tables without columns
         return pa.table({"_": pa.nulls(sum(p.num_rows for p in parts))}).select([])
     return pa.concat_tables(parts)

@@ -28,9 +28,9 @@ from sqlglot.tokens import TokenType
 from mere.errors import MissingDependency
 from mere.log.actions import AddFile, TableMeta
 from mere.schema import physical_name
-from mere.snapshot.dataset import has_renamed_columns, physical_dataset
+from mere.snapshot.dataset import has_renamed_columns, inlined_table, physical_dataset
 from mere.sql.errors import SQLError
-from mere.sql.native import inlined_dataset, inlined_files, native_view
+from mere.sql.native import inlined_files, native_view
 from mere.sql.script import Statement, quote_identifier, tokenize
 from mere.storage.base import ObjectStore
 from mere.storage.local import LocalStore
@@ -102,7 +102,7 @@ def register(
 
     A local table becomes a view over DuckDB's Parquet reader where that reads
     exactly what ``scan()`` reads (:func:`mere.sql.native.native_view`), its
-    inlined files (if any) a pyarrow dataset registered beside it;
+    inlined files (if any) an Arrow table registered beside it;
     anything else a pyarrow dataset of its live files. With ``inline``, such a
     view is not created but appended to it as ``(name, query)``, for the caller
     to put in the statement (:func:`with_views`): a view would be bound twice.
@@ -111,8 +111,8 @@ def register(
         inlined = inlined_files(files)
         hidden = f"__mere_inlined_{next(_NAMES)}"
         view = native_view(store, meta, files, hidden)
-        if view is not None and inlined:  # the inlined files' branch reads this dataset
-            con.register(hidden, inlined_dataset(meta, inlined))
+        if view is not None and inlined:  # the inlined files' branch reads this table
+            con.register(hidden, inlined_table(store, meta, inlined))
         if view is not None and inline is not None:
             inline.append((name, view))
             return

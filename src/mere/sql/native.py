@@ -25,8 +25,8 @@ pyarrow dataset instead. It is refused for:
   partition values.
 
 Inlined files (docs/format.md §2.5) have no file to name: their bytes are in
-the log. The caller registers a pyarrow dataset of them under the name it
-passes as ``inlined`` (:func:`inlined_files`, :func:`inlined_dataset`), and the
+the log. The caller registers an Arrow table of them under the name it
+passes as ``inlined`` (:func:`inlined_files`, :func:`mere.snapshot.dataset.inlined_table`), and the
 view reads it as one more ``UNION ALL`` branch, so the stored files keep
 DuckDB's reader; without that name a table with inlined files gets no view.
 
@@ -37,22 +37,16 @@ a query reads.
 
 from __future__ import annotations
 
-import functools
-import operator
 from collections import defaultdict
 from collections.abc import Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 import pyarrow.types as pat
 
 from mere.data.external import data_file_location
-from mere.data.values import from_text
 from mere.log.actions import AddFile, TableMeta
 from mere.schema import physical_name
-from mere.snapshot.dataset import local_path, physical_schema
+from mere.snapshot.dataset import local_path
 from mere.sql.script import quote_identifier
 from mere.storage.local import LocalStore
 
@@ -60,7 +54,6 @@ from mere.storage.local import LocalStore
 #: DuckDB binds every branch's ``read_parquet`` for every query (a few ms each).
 MAX_BRANCHES = 16
 _GLOB = set("*?[]{}")
-_FORMAT = ds.ParquetFileFormat()
 
 _SIMPLE: dict[pa.DataType, str] = {
     pa.int8(): "TINYINT",
@@ -120,27 +113,6 @@ def _holds_every_column(add: AddFile, physical: set[str]) -> bool:
 def inlined_files(files: Sequence[AddFile]) -> list[AddFile]:
     """The files of ``files`` whose bytes are in the log (the view's dataset branch)."""
     return [add for add in files if add.inline is not None]
-
-
-def inlined_dataset(meta: TableMeta, files: Sequence[AddFile]) -> ds.FileSystemDataset:
-    """The inlined ``files`` as a dataset in ``physical_schema(meta)``, read from their bytes.
-
-    Each fragment's guarantee is its partition values only (pyarrow fills the
-    partition columns from them and skips files a filter rules out): building
-    the statistics ranges ``physical_dataset`` adds costs more per query than
-    they save on files this small, whose footers carry row-group statistics.
-    """
-    fragments = []
-    for add in files:
-        assert add.inline is not None
-        terms = []
-        for col in meta.partition_columns:
-            value = from_text(add.partition_values.get(col), meta.schema.field(col).type)
-            terms.append(pc.field(col).is_null() if not value.is_valid else pc.field(col) == value)
-        guarantee = functools.reduce(operator.and_, terms, pc.scalar(True))
-        source = pa.BufferReader(add.inline)
-        fragments.append(_FORMAT.make_fragment(source, partition_expression=guarantee))
-    return ds.FileSystemDataset(fragments, physical_schema(meta), _FORMAT, pafs.LocalFileSystem())
 
 
 def native_view(
@@ -214,4 +186,4 @@ def native_view(
     return " UNION ALL ".join(branches)
 
 
-__all__ = ["MAX_BRANCHES", "duckdb_type", "inlined_dataset", "inlined_files", "native_view"]
+__all__ = ["MAX_BRANCHES", "duckdb_type", "inlined_files", "native_view"]
