@@ -96,3 +96,15 @@ def test_inlined_and_stored_files_mixed_come_back_in_order() -> None:
     assert got == [t.column("k").to_pylist() for t in one_by_one]
     every_row = sorted(k for rows in expected for k in rows)
     assert sorted(db.table("t").scan().column("k").to_pylist()) == every_row
+
+
+def test_decoded_inlined_files_stay_within_their_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reader, "INLINED_CACHE_BYTES", 4096)
+    db = mere.connect(MemoryStore(), inline_limit=65536)
+    db.create_table("t", SCHEMA)
+    for k in range(40):
+        db.table("t").append([{"k": k}])
+    for _ in range(2):  # the second scan finds most files evicted, and decodes them again
+        assert sorted(db.table("t").scan().column("k").to_pylist()) == list(range(40))
+        assert db.sql("SELECT sum(k) AS s FROM t").column("s").to_pylist() == [sum(range(40))]
+        assert 0 < reader._inlined_bytes <= 4096
