@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mere import expr as sqlexpr
-from mere.data.reader import read_files
+from mere.data.reader import read_parts
 from mere.data.writer import DataFileWriter
 from mere.errors import InvalidArgument, InvalidExpression, MereError, SchemaMismatch, TableNotFound
 from mere.log.actions import AddFile, TableMeta
@@ -247,7 +247,7 @@ def rewrite(
 ) -> list[AddFile]:
     """Read ``group``'s rows, order them if asked, write them as new files of ``target`` size."""
     columns = meta.schema.names
-    rows = pa.concat_tables(read_files(db.store, meta, group, columns))
+    rows = pa.concat_tables(read_parts(db.store, meta, group, columns))
     if sort_by:
         rows = rows.sort_by([(c, "ascending") for c in sort_by])
     elif zorder_by:
