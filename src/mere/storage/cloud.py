@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 from mere.errors import StorageError
@@ -163,13 +163,15 @@ def _uri(scheme: str, authority: str, prefix: str) -> str:
 #: The URI scheme each backend reports its stores under.
 _URI_SCHEMES: dict[Backend, str] = {"s3": "s3", "azure": "az", "gcs": "gs"}
 
+#: The class in ``obstore.store`` that each backend's stores wrap.
+_OBSTORE_CLASSES: dict[Backend, str] = {"s3": "S3Store", "azure": "AzureStore", "gcs": "GCSStore"}
+
 
 class _CloudStore(ObstoreStore):
     """What the three cloud stores share: options split and redacted, the client built."""
 
     def _connect(
         self,
-        obstore_class: Any,
         backend: Backend,
         name: str,
         prefix: str,
@@ -181,7 +183,16 @@ class _CloudStore(ObstoreStore):
         uri: str | None = None,
         config_defaults: Mapping[str, Any] | None = None,
     ) -> None:
-        """Build the obstore client for bucket or container ``name`` and initialize the store."""
+        """Build the obstore client for bucket or container ``name`` and initialize the store.
+
+        Raises:
+            MissingDependency: obstore is not installed (the hint names ``mere[backend]``).
+            StorageError: the configuration is invalid.
+        """
+        import_obstore(backend)
+        from obstore import store as obstore_stores
+
+        obstore_class = getattr(obstore_stores, _OBSTORE_CLASSES[backend])
         redact = _redactor(storage_options)
         config, client = _split_options(storage_options)
         for key, value in (config_defaults or {}).items():
@@ -200,7 +211,34 @@ class _CloudStore(ObstoreStore):
         )
 
 
-class S3Store(_CloudStore):
+class _BucketStore(_CloudStore):
+    """A store in a bucket (S3, GCS): the same arguments for both; ``_backend`` picks the cloud."""
+
+    _backend: ClassVar[Backend]
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+        whole_object_limit: int = DEFAULT_WHOLE_OBJECT_LIMIT,
+        credential_provider: Any = None,
+    ) -> None:
+        self.bucket = bucket
+        self._connect(
+            self._backend,
+            bucket,
+            prefix,
+            storage_options=storage_options,
+            retry=retry,
+            whole_object_limit=whole_object_limit,
+            credential_provider=credential_provider,
+        )
+
+
+class S3Store(_BucketStore):
     """An Amazon S3 bucket (or an S3-compatible service) under an optional prefix.
 
     Create-only puts use ``If-None-Match: *`` (AWS since 2024, MinIO, R2...).
@@ -220,30 +258,7 @@ class S3Store(_CloudStore):
         StorageError: the configuration is invalid.
     """
 
-    def __init__(
-        self,
-        bucket: str,
-        prefix: str = "",
-        *,
-        storage_options: Mapping[str, Any] | None = None,
-        retry: RetryPolicy | None = None,
-        whole_object_limit: int = DEFAULT_WHOLE_OBJECT_LIMIT,
-        credential_provider: Any = None,
-    ) -> None:
-        import_obstore("s3")
-        from obstore.store import S3Store as ObstoreS3
-
-        self.bucket = bucket
-        self._connect(
-            ObstoreS3,
-            "s3",
-            bucket,
-            prefix,
-            storage_options=storage_options,
-            retry=retry,
-            whole_object_limit=whole_object_limit,
-            credential_provider=credential_provider,
-        )
+    _backend = "s3"
 
 
 class AzureStore(_CloudStore):
@@ -284,12 +299,8 @@ class AzureStore(_CloudStore):
         credential_provider: Any = None,
         uri: str | None = None,
     ) -> None:
-        import_obstore("azure")
-        from obstore.store import AzureStore as ObstoreAzure
-
         self.container = container
         self._connect(
-            ObstoreAzure,
             "azure",
             container,
             prefix,
@@ -302,7 +313,7 @@ class AzureStore(_CloudStore):
         )
 
 
-class GCSStore(_CloudStore):
+class GCSStore(_BucketStore):
     """A Google Cloud Storage bucket under an optional prefix.
 
     Create-only puts send ``x-goog-if-generation-match: 0``.
@@ -322,30 +333,7 @@ class GCSStore(_CloudStore):
         StorageError: the configuration is invalid.
     """
 
-    def __init__(
-        self,
-        bucket: str,
-        prefix: str = "",
-        *,
-        storage_options: Mapping[str, Any] | None = None,
-        retry: RetryPolicy | None = None,
-        whole_object_limit: int = DEFAULT_WHOLE_OBJECT_LIMIT,
-        credential_provider: Any = None,
-    ) -> None:
-        import_obstore("gcs")
-        from obstore.store import GCSStore as ObstoreGCS
-
-        self.bucket = bucket
-        self._connect(
-            ObstoreGCS,
-            "gcs",
-            bucket,
-            prefix,
-            storage_options=storage_options,
-            retry=retry,
-            whole_object_limit=whole_object_limit,
-            credential_provider=credential_provider,
-        )
+    _backend = "gcs"
 
 
 _AZURE_HOST = re.compile(r"^(?P<account>[a-z0-9]+)\.(dfs|blob)\.core\.windows\.net$", re.I)
