@@ -604,6 +604,8 @@ class OracleMachine(RuleBasedStateMachine):
     """mere against SQLite, one random transaction per step."""
 
     store: ClassVar[Literal["memory", "local"]]
+    #: Data files of at most this many bytes travel inside their commit (0: none do).
+    inline_limit: ClassVar[int] = 0
 
     def __init__(self) -> None:
         super().__init__()
@@ -613,7 +615,7 @@ class OracleMachine(RuleBasedStateMachine):
         else:
             self.directory = tempfile.mkdtemp(prefix="txn-oracle-")
             self.uri = str(Path(self.directory) / "db")
-        self.db = mere.connect(self.uri)
+        self.db = mere.connect(self.uri, inline_limit=self.inline_limit or None)
         self.oracle = Oracle()
         self.history: list[Content] = [{}]  # the oracle's content at each committed version
         self.tx: mere.Transaction | None = None
@@ -756,7 +758,18 @@ class LocalMachine(OracleMachine):
     store = "local"  # in a fresh temporary directory per run
 
 
-@pytest.mark.parametrize("machine", [MemoryMachine, LocalMachine], ids=["memory", "local"])
+class InlinedMachine(OracleMachine):
+    """Every data file these small transactions write travels inside its commit."""
+
+    store = "memory"
+    inline_limit = 65536
+
+
+@pytest.mark.parametrize(
+    "machine",
+    [MemoryMachine, LocalMachine, InlinedMachine],
+    ids=["memory", "local", "memory-inlined"],
+)
 def test_transactions_match_sqlite(machine: type[OracleMachine]) -> None:
     run_state_machine_as_test(machine, settings=ORACLE_SETTINGS)
 
