@@ -248,7 +248,7 @@ class DataFileWriter:
             files[key] = f
         _update_stats(f.stats, piece)
         f.pending.append(piece)
-        f.pending_bytes += piece.nbytes
+        f.pending_bytes += _arrow_bytes(piece)
         f.rows += piece.num_rows
         if f.pending_bytes >= group_bytes:
             _write_row_group(f)
@@ -277,6 +277,14 @@ class DataFileWriter:
                     inline=inline,
                 )
             )
+
+
+def _arrow_bytes(piece: pa.Table) -> int:
+    """The Arrow memory of ``piece``'s rows. ``nbytes`` (exact, also for a slice of
+    larger buffers) costs 15 us a call; the buffers' total size, an upper bound of
+    it, is 50 times cheaper and exact enough for a small piece."""
+    size = piece.get_total_buffer_size()
+    return size if size <= TINY_FILE_BYTES else piece.nbytes
 
 
 def _write_row_group(f: _OpenFile, *, last: bool = False) -> None:
