@@ -215,3 +215,24 @@ def test_intersect_is_the_set_of_keys_in_both_whichever_is_larger(
     assert len(rows) == len(set(rows))
     shape = (lambda r: (r[0],)) if columns == 1 else (lambda r: r)
     assert set(rows) == {shape(r) for r in left} & {shape(r) for r in right}
+
+
+def test_a_writer_that_keeps_committing_builds_the_index_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each commit hands the index on (with its change) to the next version's files."""
+    db = mere.connect(f"memory://handed-on-{uuid.uuid4().hex}")
+    db.create_table("t", SCHEMA, primary_key=["id"])
+    builds: list[int] = []
+    original = KeyIndex.build
+
+    def counted(*args: object) -> KeyIndex:
+        builds.append(1)
+        return original(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(KeyIndex, "build", staticmethod(counted))
+    for i in range(12):
+        db.table("t").append(pa.table({"id": [i, 100 - i], "v": ["x", "y"]}, schema=SCHEMA))
+    with pytest.raises(mere.DuplicateKey, match=r"\(7\)"):
+        db.table("t").append(pa.table({"id": [50, 7], "v": ["x", "y"]}, schema=SCHEMA))
+    assert len(builds) == 1
