@@ -7,7 +7,9 @@ and the ``mere`` data source) must agree on what landed.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -34,8 +36,13 @@ def _db(
     """A database with table ``t`` of ``schema`` holding ``rows`` (two rows of BASE by default)."""
     db = mere.connect(uri)
     db.create_table("t", schema, **kw)
-    db.table("t").append(rows if rows is not None else [{"id": 1, "v": 10}, {"id": 2, "v": 20}])
+    db.table("t").append(rows if rows is not None else _base_rows())
     return db
+
+
+def _base_rows(*new: str) -> list[Row]:
+    """The two rows :func:`_db` writes by default, holding NULL in the ``new`` columns."""
+    return [{"id": 1, "v": 10, **dict.fromkeys(new)}, {"id": 2, "v": 20, **dict.fromkeys(new)}]
 
 
 def _sorted(rows: list[Row]) -> list[Row]:
@@ -74,6 +81,15 @@ def _unchanged(db: mere.Database, version: int, schema: pa.Schema) -> None:
 def _files(uri: str) -> set[Path]:
     """Every data file of the database (to check a failed write left none behind)."""
     return set((Path(uri) / "tables").rglob("*.parquet"))
+
+
+@contextlib.contextmanager
+def _changes_nothing(db: mere.Database, uri: str, schema: pa.Schema = BASE) -> Iterator[None]:
+    """The block commits nothing, leaves table ``t`` with ``schema`` and no new data file."""
+    version, before = db.version, _files(uri)
+    yield
+    _unchanged(db, version, schema)
+    assert _files(uri) == before
 
 
 # --- partitioned tables and names that differ only in case -----------------------------
@@ -116,15 +132,7 @@ def test_a_column_differing_only_in_case_is_the_existing_column(
     with db.transaction() as tx:
         mere.spark.write(tx, df, "t", schema_mode="merge", method=method)
     assert db.table("t").schema.names == ["id", "v", "note"]
-    _assert_reads(
-        spark,
-        uri,
-        [
-            {"id": 1, "v": 10, "note": None},
-            {"id": 2, "v": 20, "note": None},
-            {"id": 3, "v": 30, "note": "x"},
-        ],
-    )
+    _assert_reads(spark, uri, [*_base_rows("note"), {"id": 3, "v": 30, "note": "x"}])
 
 
 def test_two_columns_equal_ignoring_case_are_refused_and_change_nothing(
@@ -211,15 +219,7 @@ def test_a_narrower_dataframe_type_leaves_the_table_type(
         mere.spark.write(tx, df, "t", schema_mode="merge", method=method)
     assert db.table("t").schema.field("v").type == pa.int64()
     assert db.table("t").schema.names == ["id", "v", "note"]
-    _assert_reads(
-        spark,
-        uri,
-        [
-            {"id": 1, "v": 10, "note": None},
-            {"id": 2, "v": 20, "note": None},
-            {"id": 3, "v": 30, "note": "x"},
-        ],
-    )
+    _assert_reads(spark, uri, [*_base_rows("note"), {"id": 3, "v": 30, "note": "x"}])
 
 
 REFUSED_TYPES = [
@@ -242,13 +242,10 @@ def test_a_type_of_another_family_is_refused_before_the_job(
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("v", old)])
     db = _db(uri, schema, [{"id": 1, "v": None}])
     df = spark.createDataFrame([(2, value, "x")], f"id long, v {spark_type}, note string")
-    version, before = db.version, _files(uri)
-    with db.transaction() as tx:
+    with _changes_nothing(db, uri, schema), db.transaction() as tx:
         with pytest.raises(SchemaMismatch, match="'v'"):
             mere.spark.write(tx, df, "t", schema_mode="merge", method=method)
         assert tx.table("t").schema == schema  # the transaction is untouched too
-    _unchanged(db, version, schema)
-    assert _files(uri) == before
 
 
 LOSSY = [
@@ -268,14 +265,11 @@ def test_a_narrowing_is_no_widening_and_a_lost_value_changes_nothing(
     leaves the caller's transaction as it was (no new column without its rows)."""
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("v", old)])
     db = _db(uri, schema, [{"id": 1, "v": None}])
-    version, before = db.version, _files(uri)
     bad = spark.createDataFrame([(2, lossy, "x")], f"id long, v {spark_type}, note string")
-    with db.transaction() as tx:
+    with _changes_nothing(db, uri, schema), db.transaction() as tx:
         with pytest.raises(Exception, match="without loss"):
             mere.spark.write(tx, bad, "t", schema_mode="merge", method="auto")
         assert tx.table("t").schema == schema
-    _unchanged(db, version, schema)
-    assert _files(uri) == before
     good = spark.createDataFrame([(2, exact, "x")], f"id long, v {spark_type}, note string")
     with db.transaction() as tx:
         mere.spark.write(tx, good, "t", schema_mode="merge", method="auto")
@@ -373,13 +367,10 @@ def test_nested_new_columns_refuse_the_native_method_and_change_nothing(
     """``method='native'`` says why it cannot apply, before the schema or transaction changes."""
     db = _db(uri)
     df = spark.createDataFrame([(3, 30, (1, "x"), [1, 2], {"k": 5})], NESTED)
-    version, before = db.version, _files(uri)
-    with db.transaction() as tx:
+    with _changes_nothing(db, uri), db.transaction() as tx:
         with pytest.raises(ValueError, match="nested"):
             mere.spark.write(tx, df, "t", schema_mode="merge", method="native")
         assert tx.table("t").schema == BASE
-    _unchanged(db, version, BASE)
-    assert _files(uri) == before
 
 
 # --- renamed columns: a new column under an old physical name ---------------------------
@@ -480,9 +471,8 @@ def test_a_merge_that_breaks_replace_where_changes_nothing(
 ) -> None:
     """A row outside ``replace_where`` fails the write: no schema change survives it."""
     db = _db(uri)
-    version, before = db.version, _files(uri)
     df = spark.createDataFrame([(1, 11, None)], "id long, v int, note string")
-    with db.transaction() as tx:
+    with _changes_nothing(db, uri), db.transaction() as tx:
         with pytest.raises(Exception, match="replaceWhere"):
             mere.spark.write(
                 tx,
@@ -494,8 +484,6 @@ def test_a_merge_that_breaks_replace_where_changes_nothing(
                 method=method,
             )
         assert tx.table("t").schema == BASE
-    _unchanged(db, version, BASE)
-    assert _files(uri) == before
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -509,24 +497,22 @@ def test_a_skipped_duplicate_does_not_change_the_schema(
         assert mere.spark.write(
             tx, first, "t", schema_mode="merge", app_id="job", app_version=1, method=method
         )
-    schema, version, files = db.table("t").schema, db.version, _files(uri)
     again = spark.createDataFrame(
         [(4, 2**40, "y", 1.5)], "id long, v long, note string, extra double"
     )
-    for app_version in (0, 1):
-        with db.transaction() as tx:
-            written = mere.spark.write(
-                tx,
-                again,
-                "t",
-                schema_mode="merge",
-                app_id="job",
-                app_version=app_version,
-                method=method,
-            )
-            assert written == 0
-    _unchanged(db, version, schema)
-    assert _files(uri) == files
+    with _changes_nothing(db, uri, db.table("t").schema):
+        for app_version in (0, 1):
+            with db.transaction() as tx:
+                written = mere.spark.write(
+                    tx,
+                    again,
+                    "t",
+                    schema_mode="merge",
+                    app_id="job",
+                    app_version=app_version,
+                    method=method,
+                )
+                assert written == 0
 
 
 def test_a_skipped_duplicate_through_the_data_source_does_not_change_the_schema(
@@ -547,13 +533,14 @@ def test_a_skipped_duplicate_through_the_data_source_does_not_change_the_schema(
         )
 
     save(spark.createDataFrame([(3, 30, "x")], "id long, v int, note string"))
-    schema, version, files = db.table("t").schema, db.version, _files(uri)
+    schema = db.table("t").schema
     assert schema.names == ["id", "v", "note"]
-    save(
-        spark.createDataFrame([(4, 2**40, "y", 1.5)], "id long, v long, note string, extra double")
-    )
-    _unchanged(db, version, schema)
-    assert _files(uri) == files
+    with _changes_nothing(db, uri, schema):
+        save(
+            spark.createDataFrame(
+                [(4, 2**40, "y", 1.5)], "id long, v long, note string, extra double"
+            )
+        )
 
 
 # --- transactions and concurrency ----------------------------------------------------
@@ -566,18 +553,15 @@ def test_a_merge_in_a_failed_multi_table_transaction_leaves_nothing(
     """A merge and a table creation in a transaction that fails later: nothing visible, no file
     left."""
     db = _db(uri)
-    version, before = db.version, _files(uri)
     df = spark.createDataFrame([(3, 30, "x")], "id long, v int, note string")
-    with pytest.raises(RuntimeError, match="later step"):
+    with _changes_nothing(db, uri), pytest.raises(RuntimeError, match="later step"):
         with db.transaction() as tx:
             mere.spark.write(tx, df, "t", schema_mode="merge", method=method)
             mere.spark.write(tx, df, "u", schema_mode="merge", method=method)  # created
             assert tx.table("t").schema.names == ["id", "v", "note"]
             raise RuntimeError("a later step fails")
-    _unchanged(db, version, BASE)
     assert not db.snapshot().has_table("u")
-    assert _files(uri) == before
-    _assert_reads(spark, uri, [{"id": 1, "v": 10}, {"id": 2, "v": 20}])
+    _assert_reads(spark, uri, _base_rows())
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -596,15 +580,7 @@ def test_two_concurrent_merges_of_different_columns(
     with pytest.raises(ConcurrentMetadataChange):
         second.commit()
     assert db.table("t").schema.names == ["id", "v", "a"]
-    _assert_reads(
-        spark,
-        uri,
-        [
-            {"id": 1, "v": 10, "a": None},
-            {"id": 2, "v": 20, "a": None},
-            {"id": 3, "v": 30, "a": "x"},
-        ],
-    )
+    _assert_reads(spark, uri, [*_base_rows("a"), {"id": 3, "v": 30, "a": "x"}])
     assert len(_files(uri)) == 2  # the loser's file is gone
 
 
@@ -668,7 +644,7 @@ def test_the_data_source_merges_with_overwrite(spark: SparkSession, uri: str) ->
     # time travel: the version before the merge, through the data source too
     old = spark.read.format("mere").option("database", uri).option("versionAsOf", 2).load("t")
     assert old.columns == ["id", "v"] and old.count() == 2
-    _assert_reads(spark, uri, [{"id": 1, "v": 10}, {"id": 2, "v": 20}], version=2)
+    _assert_reads(spark, uri, _base_rows(), version=2)
 
 
 def test_the_data_source_merges_with_replace_where_on_the_new_column(
@@ -723,12 +699,9 @@ def test_the_data_source_refuses_a_non_widening_and_changes_nothing(
 ) -> None:
     """A string DataFrame column for an int table column is refused before the job."""
     db = _db(uri)
-    version, before = db.version, _files(uri)
     df = spark.createDataFrame([(3, "x", "y")], "id long, v string, note string")
-    with pytest.raises(Exception, match="'v'"):
+    with _changes_nothing(db, uri), pytest.raises(Exception, match="'v'"):
         _writer(df, uri).save("t")
-    _unchanged(db, version, BASE)
-    assert _files(uri) == before
 
 
 def _add_json(directory: Path, name: str, rows: list[Row]) -> None:
@@ -777,8 +750,7 @@ def test_a_streaming_merge_over_micro_batches_and_a_restart(
         spark,
         uri,
         [
-            {"id": 1, "v": 10, "note": None},
-            {"id": 2, "v": 20, "note": None},
+            *_base_rows("note"),
             {"id": 3, "v": 30, "note": "x"},
             {"id": 4, "v": 2**40, "note": None},
             {"id": 5, "v": 50, "note": "z"},
