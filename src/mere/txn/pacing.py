@@ -45,6 +45,8 @@ from mere.log.log import Log
 
 #: A client that lost a race this recently (seconds) pauses before each first put.
 CONTENTION_WINDOW = 1.0
+#: A client that lost lately pauses up to this many times its catch-up before a first put.
+WINNER_PAUSE = 2.0
 #: A client winning without losing probes after at least this many commits ...
 PROBE_EVERY = 16
 #: ... and at least this many times the probe's scale after the previous probe.
@@ -80,7 +82,7 @@ class Pacing:
         with self.lock:
             now = time.monotonic()
             if self.lost_at is not None and now - self.lost_at < CONTENTION_WINDOW:
-                return random.uniform(0, 2 * (self.catch_up or self.put_time))
+                return random.uniform(0, WINNER_PAUSE * (self.catch_up or self.put_time))
             if self.wins_alone < PROBE_EVERY:
                 return 0.0
             scale = self.probe_scale or 2 * max(self.put_time, self.catch_up)
