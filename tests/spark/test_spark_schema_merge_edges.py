@@ -92,6 +92,23 @@ def _changes_nothing(db: mere.Database, uri: str, schema: pa.Schema = BASE) -> I
     assert _files(uri) == before
 
 
+def _refused(
+    db: mere.Database,
+    uri: str,
+    df: DataFrame,
+    error: type[Exception],
+    match: str,
+    schema: pa.Schema = BASE,
+    **options: Any,
+) -> None:
+    """A merging write of ``df`` into ``t`` raises ``error``: the caller's transaction keeps
+    ``schema``, and nothing is committed or left behind (:func:`_changes_nothing`)."""
+    with _changes_nothing(db, uri, schema), db.transaction() as tx:
+        with pytest.raises(error, match=match):
+            mere.spark.write(tx, df, "t", schema_mode="merge", **options)
+        assert tx.table("t").schema == schema  # the transaction is untouched too
+
+
 # --- partitioned tables and names that differ only in case -----------------------------
 
 
@@ -242,10 +259,7 @@ def test_a_type_of_another_family_is_refused_before_the_job(
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("v", old)])
     db = _db(uri, schema, [{"id": 1, "v": None}])
     df = spark.createDataFrame([(2, value, "x")], f"id long, v {spark_type}, note string")
-    with _changes_nothing(db, uri, schema), db.transaction() as tx:
-        with pytest.raises(SchemaMismatch, match="'v'"):
-            mere.spark.write(tx, df, "t", schema_mode="merge", method=method)
-        assert tx.table("t").schema == schema  # the transaction is untouched too
+    _refused(db, uri, df, SchemaMismatch, "'v'", schema, method=method)
 
 
 LOSSY = [
@@ -266,10 +280,7 @@ def test_a_narrowing_is_no_widening_and_a_lost_value_changes_nothing(
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("v", old)])
     db = _db(uri, schema, [{"id": 1, "v": None}])
     bad = spark.createDataFrame([(2, lossy, "x")], f"id long, v {spark_type}, note string")
-    with _changes_nothing(db, uri, schema), db.transaction() as tx:
-        with pytest.raises(Exception, match="without loss"):
-            mere.spark.write(tx, bad, "t", schema_mode="merge", method="auto")
-        assert tx.table("t").schema == schema
+    _refused(db, uri, bad, Exception, "without loss", schema, method="auto")
     good = spark.createDataFrame([(2, exact, "x")], f"id long, v {spark_type}, note string")
     with db.transaction() as tx:
         mere.spark.write(tx, good, "t", schema_mode="merge", method="auto")
@@ -367,10 +378,7 @@ def test_nested_new_columns_refuse_the_native_method_and_change_nothing(
     """``method='native'`` says why it cannot apply, before the schema or transaction changes."""
     db = _db(uri)
     df = spark.createDataFrame([(3, 30, (1, "x"), [1, 2], {"k": 5})], NESTED)
-    with _changes_nothing(db, uri), db.transaction() as tx:
-        with pytest.raises(ValueError, match="nested"):
-            mere.spark.write(tx, df, "t", schema_mode="merge", method="native")
-        assert tx.table("t").schema == BASE
+    _refused(db, uri, df, ValueError, "nested", method="native")
 
 
 # --- renamed columns: a new column under an old physical name ---------------------------
@@ -472,18 +480,8 @@ def test_a_merge_that_breaks_replace_where_changes_nothing(
     """A row outside ``replace_where`` fails the write: no schema change survives it."""
     db = _db(uri)
     df = spark.createDataFrame([(1, 11, None)], "id long, v int, note string")
-    with _changes_nothing(db, uri), db.transaction() as tx:
-        with pytest.raises(Exception, match="replaceWhere"):
-            mere.spark.write(
-                tx,
-                df,
-                "t",
-                mode="overwrite",
-                replace_where="note = 'x'",
-                schema_mode="merge",
-                method=method,
-            )
-        assert tx.table("t").schema == BASE
+    options = {"mode": "overwrite", "replace_where": "note = 'x'", "method": method}
+    _refused(db, uri, df, Exception, "replaceWhere", **options)
 
 
 @pytest.mark.parametrize("method", METHODS)
