@@ -236,3 +236,26 @@ def test_a_writer_that_keeps_committing_builds_the_index_once(
     with pytest.raises(mere.DuplicateKey, match=r"\(7\)"):
         db.table("t").append(pa.table({"id": [50, 7], "v": ["x", "y"]}, schema=SCHEMA))
     assert len(builds) == 1
+
+
+@pytest.mark.parametrize(
+    "type_, values",
+    [
+        (pa.int8(), [-128, -1, 0, 127]),
+        (pa.int32(), [-(2**31), 5, 2**31 - 1]),
+        (pa.uint64(), [0, 2**63 + 11, 2**64 - 1]),
+    ],
+)
+def test_the_index_handed_on_equals_one_built_anew_for_every_integer_type(
+    type_: pa.DataType, values: list[int]
+) -> None:
+    schema = pa.schema([pa.field("id", type_), pa.field("v", pa.string())])
+    db = mere.connect(f"memory://types-{uuid.uuid4().hex}")
+    db.create_table("t", schema, primary_key=["id"])
+    for value in values:
+        db.table("t").append(pa.table({"id": [value], "v": ["x"]}, schema=schema))
+        with pytest.raises(mere.DuplicateKey):
+            db.table("t").append(pa.table({"id": [value], "v": ["y"]}, schema=schema))
+    kept, fresh = one_index(db)
+    assert kept.entries() == fresh.entries()
+    assert sorted(lo for lo, _, _ in kept.entries().values()) == sorted(values)

@@ -132,9 +132,12 @@ class KeyIndex(Derived):
         adds: Sequence[AddFile] = (),
         touched: frozenset[str] = frozenset(),
         depth: int = 0,
+        limits: tuple[int, int] = (0, 0),
     ) -> None:
         self.column = column
         self.dtype = dtype
+        #: The key type's range: a file's range when its statistics do not give one.
+        self.limits = limits
         self._files = files
         self._parent = parent
         self._adds = list(adds)
@@ -184,7 +187,7 @@ class KeyIndex(Derived):
             bound(high, int(info.max)),
             flags,
         )
-        return KeyIndex(physical, dtype, indexed)
+        return KeyIndex(physical, dtype, indexed, limits=(int(info.min), int(info.max)))
 
     def applied(self, adds: Sequence[AddFile], touched: frozenset[str]) -> KeyIndex | None:
         """The index after a commit: the change is kept, and folded in when next used."""
@@ -198,6 +201,7 @@ class KeyIndex(Derived):
             adds=adds,
             touched=touched,
             depth=self._depth + 1,
+            limits=self.limits,
         )
 
     def _ready(self) -> _Files:
@@ -223,13 +227,13 @@ class KeyIndex(Derived):
             positions = {p: i for i, p in enumerate(paths)}
         else:
             paths, positions = list(paths), dict(base.positions)
-        info = np.iinfo(self.dtype)
+        lowest, highest = self.limits
         lows, highs, marks = [], [], []
         for add in self._adds:
             positions[add.path] = len(paths)
             paths.append(add.path)
-            lows.append(_stat(add, "minValues", self.column, info, int(info.min)))
-            highs.append(_stat(add, "maxValues", self.column, info, int(info.max)))
+            lows.append(_stat(add, "minValues", self.column, self.limits, lowest))
+            highs.append(_stat(add, "maxValues", self.column, self.limits, highest))
             mark = (EXTERNAL if is_external_path(add.path) else 0) | (
                 INLINED if add.inline is not None else 0
             )
@@ -385,12 +389,13 @@ class KeyIndex(Derived):
         }
 
 
-def _stat(add: AddFile, section: str, column: str, info: np.iinfo, default: int) -> int:
-    """A file's integer minimum or maximum of ``column`` (``default`` if unknown or odd)."""
+def _stat(add: AddFile, section: str, column: str, limits: tuple[int, int], default: int) -> int:
+    """A file's integer minimum or maximum of ``column`` (``default`` if unknown, or outside
+    the key type's ``limits``: the file columns read such a value as unknown too)."""
     stats = add.stats if isinstance(add.stats, dict) else {}
     values = stats.get(section)
     value = values.get(column) if isinstance(values, dict) else None
-    if isinstance(value, int) and not isinstance(value, bool) and info.min <= value <= info.max:
+    if isinstance(value, int) and not isinstance(value, bool) and limits[0] <= value <= limits[1]:
         return value
     return default
 
