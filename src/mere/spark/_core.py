@@ -130,7 +130,7 @@ def iter_row_groups(
     try:
         with parquet_errors(table, add):  # a damaged file: CorruptDataFile naming it
             pf = pq.ParquetFile(source)
-            stored = _stored_columns(table, schema, pf)
+            stored = _stored_columns(table, schema, pf.schema_arrow)
         groups = [g for g in range(pf.num_row_groups) if g * parts // pf.num_row_groups == part]
         if not groups:
             return
