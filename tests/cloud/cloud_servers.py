@@ -49,6 +49,11 @@ AZURITE_KEY = (
 )
 #: Fast retries for tests: faults are injected on purpose, waiting seconds proves nothing.
 TEST_RETRY = RetryPolicy(attempts=8, base_delay=0.01, max_delay=0.2, deadline=30.0)
+#: HTTP client options of every test store: a request the local server leaves
+#: hanging (Azurite did, once, for the client's default 30 s, a whole retry
+#: deadline) times out soon enough to be retried, and idle connections are
+#: dropped before the servers' own keep-alive timeouts (Node's is 5 s) close them.
+TEST_CLIENT_OPTIONS = {"timeout": "10s", "pool_idle_timeout": "2s"}
 
 
 def in_ci() -> bool:
@@ -225,6 +230,7 @@ def s3_options(endpoint: str, **extra: Any) -> dict[str, Any]:
         "secret_access_key": "testing-secret-key",
         "region": "us-east-1",
         "allow_http": True,
+        **TEST_CLIENT_OPTIONS,
         **extra,
     }
 
@@ -236,6 +242,7 @@ def azure_options(endpoint: str, **extra: Any) -> dict[str, Any]:
         "account_key": AZURITE_KEY,
         "endpoint": f"{endpoint}/{AZURITE_ACCOUNT}",
         "allow_http": True,
+        **TEST_CLIENT_OPTIONS,
         **extra,
     }
 
