@@ -48,7 +48,11 @@ AZURITE_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
 #: Fast retries for tests: faults are injected on purpose, waiting seconds proves nothing.
-TEST_RETRY = RetryPolicy(attempts=8, base_delay=0.01, max_delay=0.2, deadline=30.0)
+#: Fault scenarios fail a fifth of all requests before they are applied; with
+#: 12 attempts a request fails every one of them with probability 0.2**12 (4e-9),
+#: where 8 (2.6e-6) failed a run once in some hundred, since catching up reads
+#: many versions at once.
+TEST_RETRY = RetryPolicy(attempts=12, base_delay=0.01, max_delay=0.2, deadline=30.0)
 #: HTTP client options of every test store: a request the local server leaves
 #: hanging (Azurite did, once, for the client's default 30 s, a whole retry
 #: deadline) times out soon enough to be retried, and idle connections are
