@@ -54,11 +54,9 @@ def read_file(
     the pushdown is used only where the file's columns are exactly the
     table's, and otherwise every row is returned).
     """
-    schema = pa.schema([table.schema.field(c) for c in columns])
     if add.inline is not None:  # decoded once, then from memory
-        whole = decoded_inline(table, add)
-        stored = _stored_columns(table, schema, whole.schema)
-        return _assemble(table, add, schema, whole.select(stored) if stored else None, add.rows)
+        return _read_inlined(table, [add], columns)
+    schema = pa.schema([table.schema.field(c) for c in columns])
     source = open_data_file(store, table, add)
     try:
         with parquet_errors(table, add):
@@ -105,31 +103,40 @@ def read_parts(
     their columns (one table assembled for the run, not one per file: a
     one-row file costs more to assemble than to read once decoded)."""
     runs: list[list[AddFile]] = []
+    run_schema: pa.Schema | None = None  # the columns of the run of inlined files going on
     for add in files:
+        file_schema = decoded_inline(table, add).schema if add.inline is not None else None
         last = runs[-1][-1] if runs else None
         if (
-            last is not None
-            and add.inline is not None
-            and last.inline is not None
+            file_schema is not None
+            and file_schema == run_schema
+            and last is not None
             and add.partition_values == last.partition_values
-            and decoded_inline(table, add).schema == decoded_inline(table, last).schema
         ):
             runs[-1].append(add)
         else:
             runs.append([add])
+        run_schema = file_schema
 
     def read(run: list[AddFile]) -> pa.Table:
-        if len(run) == 1:
-            return finish(read_file(store, table, run[0], columns, row_filter))
-        schema = pa.schema([table.schema.field(c) for c in columns])
-        decoded = [decoded_inline(table, add) for add in run]
-        stored = _stored_columns(table, schema, decoded[0].schema)
-        # One chunk per column, not one per file: engines pay per chunk they scan.
-        data = pa.concat_tables([d.select(stored) for d in decoded]).combine_chunks()
-        data = data if stored else None
-        return finish(_assemble(table, run[0], schema, data, sum(add.rows for add in run)))
+        if run[0].inline is not None:
+            return finish(_read_inlined(table, run, columns))
+        return finish(read_file(store, table, run[0], columns, row_filter))
 
     return in_parallel(runs, read, lambda run: run[0].inline is None)
+
+
+def _read_inlined(table: TableMeta, run: Sequence[AddFile], columns: Sequence[str]) -> pa.Table:
+    """``columns`` of inlined files that share their partition values and columns, as one table."""
+    schema = pa.schema([table.schema.field(c) for c in columns])
+    decoded = [decoded_inline(table, add) for add in run]
+    stored = _stored_columns(table, schema, decoded[0].schema)
+    data = None
+    if stored:
+        data = pa.concat_tables([d.select(stored) for d in decoded])
+        if len(decoded) > 1:  # one chunk per column: engines pay per chunk they scan
+            data = data.combine_chunks()
+    return _assemble(table, run[0], schema, data, sum(add.rows for add in run))
 
 
 def in_parallel(items: Sequence[U], read: Callable[[U], T], stored: Callable[[U], bool]) -> list[T]:
@@ -261,8 +268,8 @@ def at_version(version: int | None) -> Iterator[None]:
 #: Decoded inlined files are kept in memory while their inlined bytes add up to
 #: at most this, least recently used out first: decoding a one-row Parquet file
 #: costs about 0.1 ms, so a query over a table's thousands of inlined files
-#: would otherwise pay that for each file, every time. (A table holds at most ``inlineFlushBytes``,
-#: 8 MiB by default, before they are flushed to data files.)
+#: would otherwise pay that for each file, every time. (A table holds at most
+#: ``inlineFlushBytes``, 8 MiB by default, before they are flushed to data files.)
 INLINED_CACHE_BYTES = 64 * 1024 * 1024
 _inlined: OrderedDict[tuple[str, str, bytes], tuple[pa.Table, int]] = OrderedDict()
 _inlined_bytes = 0

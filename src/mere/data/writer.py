@@ -461,7 +461,7 @@ def _update_column(s: _ColumnStats, col: pa.ChunkedArray) -> None:
         s.nans = (s.nans or 0) + (pc.sum(pc.is_nan(col)).as_py() or 0)
     if not s.exact or not has_statistics(col.type) or col.null_count == len(col):
         return
-    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+    if _is_text(col.type):
         s.from_footer = True  # see _footer_string_bounds
         return
     mm = pc.min_max(col)
