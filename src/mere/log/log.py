@@ -161,17 +161,10 @@ class Log:
             CorruptLog: the file cannot be decoded, or it is missing while
                 versions below and above it exist (a gap in the log).
         """
-        key = commit_key(version)
-        data = None
-        if self._winners:  # empty but after a lost race: no lock for a replay's thousand reads
-            with self._winners_lock:
-                data = self._winners.pop(version, None)
+        data = self._get_commit(version)
         if data is None:
-            try:
-                data = self.store.get(key)
-            except ObjectNotFound:
-                raise self.missing_commit(version) from None
-        return decode_commit(key, version, data)
+            raise self.missing_commit(version)
+        return decode_commit(commit_key(version), version, data)
 
     def missing_commit(self, version: int) -> MereError:
         """The error for the commit of ``version`` not being there.
@@ -259,7 +252,7 @@ class Log:
 
     def _get_commit(self, version: int) -> bytes | None:
         """The bytes of a commit (a lost put's read-back if kept), or None if it does not exist."""
-        if self._winners:
+        if self._winners:  # empty but after a lost race: no lock for a replay's thousand reads
             with self._winners_lock:
                 data = self._winners.pop(version, None)
             if data is not None:
