@@ -56,7 +56,7 @@ def writer(
         table.schema  # noqa: B018  (read the log once before the clock starts)
         barrier.wait(BARRIER_TIMEOUT)
         latencies: list[float] = []
-        cpu0 = time.process_time()
+        cpu0, times0 = time.process_time(), os.times()
         start = time.perf_counter()
         deadline = start + duration
         i = 0
@@ -68,6 +68,8 @@ def writer(
         out.update(
             elapsed=time.perf_counter() - start,
             cpu=time.process_time() - cpu0,
+            user=os.times().user - times0.user,
+            system=os.times().system - times0.system,
             latencies=latencies,
             lost=lost[0],
         )
@@ -142,6 +144,8 @@ def run(workdir: Path, writers: int, tables: str, duration: float) -> dict[str, 
         "lost_races": lost,
         "lost_per_commit": lost / max(1, commits),
         "cpu_ms_per_commit": 1000 * sum(o["cpu"] for o in outs) / max(1, commits),
+        "user_ms_per_commit": 1000 * sum(o["user"] for o in outs) / max(1, commits),
+        "system_ms_per_commit": 1000 * sum(o["system"] for o in outs) / max(1, commits),
         "latency": summarize([x for o in outs for x in o["latencies"]]),
     }
     shutil.rmtree(path, ignore_errors=True)
@@ -176,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{r['series']}: {r['commits_per_s']:.0f} commits/s, "
                 f"{r['lost_per_commit']:.2f} lost races per commit, "
-                f"{r['cpu_ms_per_commit']:.2f} ms CPU per commit, "
+                f"{r['cpu_ms_per_commit']:.2f} ms CPU per commit "
+                f"({r['user_ms_per_commit']:.2f} user), "
                 f"p50 {lat['p50_ms']:.2f} ms p99 {lat['p99_ms']:.2f} ms "
                 f"max {lat['max_ms']:.0f} ms, per writer {r['per_writer']} "
                 f"(min {r['min_per_writer']}) (load {load:.1f})",

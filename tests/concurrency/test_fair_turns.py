@@ -9,6 +9,10 @@ take a few milliseconds (a network round trip: that is what makes the loser's
 extra read cost as much as it does on a cloud store). Each writer stops once
 it committed at or past a target version; progress is then read from the
 log: every writer must own several of the versions up to the target.
+
+Twice: racing for each version, as writers on different machines do (the
+local store made with ``turns=False``), and queueing for turns, as writers
+on one machine do (``LocalStore.turns``: an advisory file lock).
 """
 
 from __future__ import annotations
@@ -42,16 +46,16 @@ ROUND_TRIP = 0.003
 ROWS = pa.schema([pa.field("writer", pa.int64()), pa.field("n", pa.int64())])
 
 
-def _store(db_path: str) -> FaultyStore:
+def _store(db_path: str, turns: bool) -> FaultyStore:
     """The local store, with every request on the log slowed by a round trip."""
-    store = FaultyStore(LocalStore(db_path))
+    store = FaultyStore(LocalStore(db_path, turns=turns))
     store.inject(Fault("*", "delay", match=r"^_log/", delay=ROUND_TRIP, times=None))
     return store
 
 
-def _looping_writer(db_path: str, writer: int, target: int, barrier: Any) -> None:
+def _looping_writer(db_path: str, writer: int, target: int, turns: bool, barrier: Any) -> None:
     """Append one row at a time to table ``w<writer>`` until one lands at ``target`` or later."""
-    db = mere.connect(_store(db_path), create=False)
+    db = mere.connect(_store(db_path, turns), create=False)
     table = db.table(f"w{writer}")
     table.schema  # noqa: B018  (read the log before the start)
     barrier.wait(WAIT)
@@ -60,7 +64,12 @@ def _looping_writer(db_path: str, writer: int, target: int, barrier: Any) -> Non
         n += 1
 
 
-def test_writers_looping_without_pause_each_get_turns(db_path: Path, processes: Any) -> None:
+@pytest.mark.parametrize(
+    "turns", [pytest.param(False, id="racing"), pytest.param(True, id="turns")]
+)
+def test_writers_looping_without_pause_each_get_turns(
+    turns: bool, db_path: Path, processes: Any
+) -> None:
     db = mere.connect(db_path)
     for w in range(WRITERS):
         db.create_table(f"w{w}", ROWS)
@@ -68,7 +77,9 @@ def test_writers_looping_without_pause_each_get_turns(db_path: Path, processes: 
     target = start + WRITERS * ROUNDS
     barrier = processes.context.Barrier(WRITERS)
     for w in range(WRITERS):
-        processes.start(_looping_writer, str(db_path), w, target, barrier, name=f"writer {w}")
+        processes.start(
+            _looping_writer, str(db_path), w, target, turns, barrier, name=f"writer {w}"
+        )
     processes.join(timeout=2 * WAIT)
 
     fresh = mere.connect(db_path, create=False)

@@ -5,11 +5,13 @@ hard the writers race for each version:
 
 * **Blind appends to one table** at ``write_serializable``: six processes each
   commit 30 single-row appends to the same table, stored as data files or
-  inlined in the log (the database property ``inlineLimit``). None may
-  conflict; every row lands exactly once; the log has no gap, each of the 180
-  versions after the table's creation holding exactly the row its committer
-  was told it committed; each commit read an older version
-  (``readVersion < version``) and commit timestamps never go backwards.
+  inlined in the log (the database property ``inlineLimit``), taking turns
+  (LocalStore.turns) or racing for each version as writers on different
+  machines do. None may conflict; every row lands exactly once; the log has
+  no gap, each of the 180 versions after the table's creation holding
+  exactly the row its committer was told it committed; each commit read an
+  older version (``readVersion < version``) and commit timestamps never go
+  backwards.
 * **Disjoint tables** at ``serializable``: four processes each create a table
   of their own, then repeatedly read it in full and append to it. Reads of
   one's own table are not invalidated by appends to other tables, nor are
@@ -22,6 +24,7 @@ hard the writers race for each version:
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections import Counter
@@ -33,6 +36,7 @@ import pyarrow as pa
 import pytest
 
 import mere
+from mere.storage import LocalStore
 
 pytestmark = [
     pytest.mark.slow,
@@ -54,9 +58,15 @@ def _commit(tx: mere.Transaction) -> dict[str, Any]:
         return {"conflict": type(exc).__name__, "message": str(exc)}
 
 
-def _blind_appender(db_path: str, writer: int, count: int, out_path: str, barrier: Any) -> None:
-    """Commit ``count`` one-row appends to table ``t``; save each commit's outcome."""
-    db = mere.connect(db_path)
+def _blind_appender(
+    db_path: str, writer: int, count: int, out_path: str, barrier: Any, *, turns: bool = True
+) -> None:
+    """Commit ``count`` one-row appends to table ``t``; save each commit's outcome.
+
+    ``turns=False``: race for each version as writers on different machines
+    do, instead of taking turns as writers on one machine do (LocalStore.turns).
+    """
+    db = mere.connect(LocalStore(db_path, turns=turns))
     barrier.wait(WAIT)  # all writers start together
     outcomes = []
     for n in range(count):
@@ -122,10 +132,13 @@ def check_log_is_gapless(db: mere.Database, first: int, last: int) -> list[dict[
 
 
 @pytest.mark.parametrize(
+    "turns", [pytest.param(True, id="turns"), pytest.param(False, id="racing")]
+)
+@pytest.mark.parametrize(
     "inline", [pytest.param(False, id="stored"), pytest.param(True, id="inlined")]
 )
 def test_blind_appends_from_many_processes_never_conflict(
-    inline: bool, db_path: Path, tmp_path: Path, processes: Any, data_files: Any
+    inline: bool, turns: bool, db_path: Path, tmp_path: Path, processes: Any, data_files: Any
 ) -> None:
     writers, count = 6, 30
     db = mere.connect(db_path)
@@ -134,7 +147,8 @@ def test_blind_appends_from_many_processes_never_conflict(
     db.create_table("t", ROWS)
     base = db.version
 
-    outcomes = race(processes, _blind_appender, db_path, tmp_path, writers, count)
+    appender = functools.partial(_blind_appender, turns=turns)
+    outcomes = race(processes, appender, db_path, tmp_path, writers, count)
 
     conflicts = [o for per_writer in outcomes for o in per_writer if "conflict" in o]
     assert not conflicts, f"blind appends conflicted: {conflicts[:3]}"

@@ -749,12 +749,16 @@ def _commit(
             staged.insert(0, Protocol(EXPORTS_FORMAT_VERSION))
 
         def describe(
-            commit_id: str, current: DatabaseState, _: Sequence[Action], read: int = base.version
+            commit_id: str,
+            current: DatabaseState,
+            _: Sequence[Action],
+            timestamp: int,
+            read: int = base.version,
         ) -> CommitInfo:
             check(current)
             return CommitInfo(
                 commit_id=commit_id,
-                timestamp=max(int(time.time() * 1000), current.timestamp + 1),
+                timestamp=timestamp,
                 read_version=read,
                 isolation="snapshot",
                 operation=operation,

@@ -66,6 +66,27 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
+class Turns(abc.ABC):
+    """One writer's handle on the turns of a key prefix (:meth:`ObjectStore.turns`).
+
+    The committer takes a turn before it catches up with the log and puts
+    the next version, and gives it back right after the put: writers on one
+    machine then queue instead of racing, and lose no race to one another.
+    """
+
+    @abc.abstractmethod
+    def try_take(self) -> bool:
+        """Take the turn if no other writer holds it; never waits."""
+
+    @abc.abstractmethod
+    def give_back(self) -> None:
+        """Give the turn back (a no-op unless taken)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Give the turn back; done with the handle (a store may keep it for the thread)."""
+
+
 class ObjectStore(abc.ABC):
     """A flat namespace of immutable-by-convention objects under one root."""
 
@@ -130,6 +151,15 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Delete the object; deleting a missing key is not an error."""
+
+    def turns(self, prefix: str) -> Turns | None:
+        """Turns among this machine's writers of keys under ``prefix``, if the store has them.
+
+        Advisory only: correctness rests on :meth:`put_if_absent` alone, and a
+        writer that cannot get a turn goes on without one. Stores shared
+        across machines have none (None, the default).
+        """
+        return None
 
     def open_input(self, key: str) -> pa.NativeFile:
         """Return a seekable Arrow input file for the object (for Parquet reads).

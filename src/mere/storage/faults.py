@@ -51,7 +51,7 @@ from typing import Literal, TypeVar
 import pyarrow as pa
 
 from mere.errors import AlreadyExists, InvalidArgument, StorageError
-from mere.storage.base import ObjectMeta, ObjectStore
+from mere.storage.base import ObjectMeta, ObjectStore, Turns
 
 __all__ = ["OPS", "Fault", "FaultKind", "FaultyStore", "InjectedFault", "SimulatedCrash"]
 
@@ -286,6 +286,10 @@ class FaultyStore(ObjectStore):
     def open_input(self, key: str) -> pa.NativeFile:
         """Forward to the inner store, subject to ``open_input`` faults."""
         return self._call("open_input", key, lambda: self.inner.open_input(key))
+
+    def turns(self, prefix: str) -> Turns | None:
+        """The inner store's turns (advisory, so no faults: a put's outcome never rests on them)."""
+        return self.inner.turns(prefix)
 
     def close(self) -> None:
         """Close the inner store."""

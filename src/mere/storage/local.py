@@ -38,7 +38,9 @@ import os
 import secrets
 import shutil
 import stat
+import threading
 import time
+import weakref
 from collections.abc import Iterator
 from operator import itemgetter
 from pathlib import Path
@@ -46,15 +48,59 @@ from pathlib import Path
 import pyarrow as pa
 
 from mere.errors import AlreadyExists, InvalidKey, ObjectNotFound, StorageError
-from mere.storage.base import ObjectMeta, ObjectStore, check_key, check_prefix
+from mere.storage.base import ObjectMeta, ObjectStore, Turns, check_key, check_prefix
 
-__all__ = ["TEMP_PREFIX", "LocalStore"]
+try:
+    import fcntl
+except ImportError:  # Windows: no turns
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["TEMP_PREFIX", "TURNS_FILE", "LocalStore"]
+
+#: The file in a directory whose ``flock`` orders this machine's writers (LocalStore.turns).
+TURNS_FILE = ".mere-turns"
+
+#: How many resolved directories a store remembers (LocalStore._check_inside).
+_REAL_DIRS_KEPT = 4096
 
 #: Name prefix of the temporary files ``put`` and ``put_if_absent`` write.
 TEMP_PREFIX = ".mere-tmp-"
 
-_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
 _TEMP_FLAGS |= getattr(os, "O_BINARY", 0)  # Windows: no newline translation
+
+
+class _FileTurns(Turns):
+    """Turns held as an exclusive ``flock`` on a file (released by the kernel if we die).
+
+    Each thread has a handle of its own (its own open file), so threads of
+    one process queue too; the file stays open for the thread's next commit.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o666)
+        self._held = False
+        #: The process that opened the file: a forked child shares the open file,
+        #: and so the lock, with its parent, and opens one of its own.
+        self.pid = os.getpid()
+        weakref.finalize(self, os.close, self._fd)
+
+    def try_take(self) -> bool:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held by another (BlockingIOError), or no flock here: no turn
+            return False
+        self._held = True
+        return True
+
+    def give_back(self) -> None:
+        if self._held:
+            self._held = False
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        self.give_back()
 
 
 def _fsync_dir(path: str) -> None:
@@ -113,13 +159,18 @@ class LocalStore(ObjectStore):
         root: the directory holding the objects; created (with parents) if
             missing, unless ``create`` is False. Relative paths are made
             absolute at construction.
+        turns: whether this machine's writers take turns to commit
+            (:meth:`turns`). Turned off, they race for each version as
+            writers on different machines do: only useful to test that.
 
     Raises:
         ObjectNotFound: the root does not exist and ``create`` is False.
         StorageError: the root cannot be created or is not a directory.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, create: bool = True) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, create: bool = True, turns: bool = True
+    ) -> None:
         path = os.path.abspath(os.fspath(root))
         if create:
             try:
@@ -135,6 +186,9 @@ class LocalStore(ObjectStore):
         self._real_root = os.path.realpath(path)
         self._real_root_slash = os.path.join(self._real_root, "")
         self.uri = Path(path).as_uri()
+        self._real_dirs: dict[str, str] = {}  # directory -> its resolved path
+        self._turns = threading.local()  # prefix -> this thread's _FileTurns
+        self._takes_turns = turns and fcntl is not None
 
     # --- paths -----------------------------------------------------------------
 
@@ -153,13 +207,31 @@ class LocalStore(ObjectStore):
                     f"invalid object key {key!r}: segments starting with {TEMP_PREFIX!r} "
                     "are reserved for the local store's temporary files"
                 )
+            if segment == TURNS_FILE:
+                raise InvalidKey(
+                    f"invalid object key {key!r}: {TURNS_FILE!r} is reserved for the "
+                    "local store's turns (LocalStore.turns)"
+                )
         path = os.path.join(self.root, *segments)
         self._check_inside(key, path)
         return path
 
     def _check_inside(self, what: str, path: str) -> None:
-        """Raise InvalidKey unless ``path`` resolves to somewhere strictly inside the root."""
-        real = os.path.realpath(path)
+        """Raise InvalidKey unless ``path`` resolves to somewhere strictly inside the root.
+
+        The resolved form of an existing directory is remembered (every get
+        and put of a commit resolves the same ``_log`` directory): only the
+        last component is looked at again, and resolved if it is a symlink.
+        """
+        parent, name = os.path.split(path)
+        real_parent = self._real_dirs.get(parent)
+        if real_parent is None:
+            real_parent = os.path.realpath(parent)
+            if os.path.isdir(parent) and len(self._real_dirs) < _REAL_DIRS_KEPT:
+                self._real_dirs[parent] = real_parent
+        real = os.path.join(real_parent, name)
+        if os.path.islink(real):
+            real = os.path.realpath(real)
         if not real.startswith(self._real_root_slash):
             raise InvalidKey(
                 f"invalid object key {what!r}: resolves to {real!r}, outside the store root "
@@ -287,6 +359,26 @@ class LocalStore(ObjectStore):
             _fsync_new_name(parent, created)
         except OSError as exc:
             raise self._error("put_if_absent", key, exc) from exc
+
+    def turns(self, prefix: str) -> Turns | None:
+        """Turns among this machine's writers under ``prefix`` (``flock`` on :data:`TURNS_FILE`).
+
+        None where ``flock`` does not exist (Windows), the directory cannot
+        hold the file, or the store was made with ``turns=False``. The file is
+        no object: ``list`` skips it, and no key may name it.
+        """
+        if not self._takes_turns:
+            return None
+        handles: dict[str, _FileTurns] = self._turns.__dict__
+        handle = handles.get(prefix)
+        if handle is None or handle.pid != os.getpid():
+            directory = self._path(prefix.strip("/")) if prefix.strip("/") else self.root
+            try:
+                handle = _FileTurns(os.path.join(directory, TURNS_FILE))
+            except OSError:
+                return None
+            handles[prefix] = handle
+        return handle
 
     def temp_directory(self, prefix: str, label: str) -> str:
         """Create and return a fresh temp directory under the key prefix ``prefix``.
@@ -450,6 +542,7 @@ class LocalStore(ObjectStore):
                     if (
                         not name.startswith(name_prefix)
                         or name.startswith(TEMP_PREFIX)
+                        or name == TURNS_FILE
                         or "\\" in name
                     ):
                         continue

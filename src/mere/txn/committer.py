@@ -16,8 +16,11 @@
     read the winners ──► conflict with our footprint? ──► ConflictError
        │ no              (the one whose put we lost, then, after a short random
        ▼                  wait, every commit up to the latest: Log.read_forward)
-    rebase onto them, validate again, retry at once (bounded: max_attempts
-    lost races, and COMMIT_PATIENCE_SECONDS while others keep committing)
+    rebase onto them, apply again, retry (bounded: max_attempts lost races,
+    and COMMIT_PATIENCE_SECONDS while others keep committing). The retry puts
+    the same bytes (encoded and decoded once: Prepared) unless a winner's
+    timestamp forces a later one; on a LocalStore the same bytes reuse the
+    lost put's durable temp file too.
 
 Version 0 (a new database, an export's first commit) goes through
 :meth:`Committer.create`, with the same validation.
@@ -28,7 +31,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mere.errors import CorruptLog, InvalidArgument, InvalidCommit, RetriesExhausted
 from mere.log.actions import (
@@ -41,9 +44,10 @@ from mere.log.actions import (
     decode_commit,
     encode_commit,
 )
-from mere.log.keys import commit_key
+from mere.log.keys import LOG_PREFIX, commit_key
 from mere.log.log import Log, PutOutcome
 from mere.snapshot.state import DatabaseState
+from mere.storage.base import Turns
 from mere.txn.conflicts import TxFootprint, check_winner
 from mere.txn.pacing import pacing_of
 
@@ -55,8 +59,15 @@ DEFAULT_MAX_COMMIT_ATTEMPTS = 100
 #: per other writer before its turn comes, and every race it loses is another's commit.
 COMMIT_PATIENCE_SECONDS = 30.0
 
-#: Builds the commitInfo for a commit id on top of a base state.
-DescribeCommit = Callable[[str, DatabaseState, Sequence[Action]], CommitInfo]
+#: How long a commit waits for its turn among this machine's writers (ObjectStore.turns)
+#: before it goes on without one (seconds) ...
+TURN_PATIENCE_SECONDS = 1.0
+#: ... polling first after this long, then twice as long each time, up to the maximum.
+TURN_POLL_SECONDS = 50e-6
+TURN_POLL_MAX_SECONDS = 1e-3
+
+#: Builds the commitInfo for a commit id, base state, actions and commit timestamp.
+DescribeCommit = Callable[[str, DatabaseState, Sequence[Action], int], CommitInfo]
 #: Runs after a commit landed, with the state at the new version.
 AfterCommit = Callable[[DatabaseState], None]
 
@@ -70,6 +81,55 @@ class Committed:
     info: CommitInfo
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A commit's bytes and what a reader decodes from them, good for any version > 0.
+
+    A commit retried after a lost race puts the same bytes at the next
+    version whenever its commitInfo did not change (mere.txn.committer's
+    module docstring): it is encoded and decoded once, and only applied to
+    each new base.
+    """
+
+    info: CommitInfo
+    data: bytes
+    decoded: Commit
+
+    def apply_to(self, base: DatabaseState | None) -> DatabaseState:
+        """The state the commit makes on ``base`` (None: as version 0), as a reader applies it.
+
+        Raises:
+            InvalidCommit: a reader would reject the commit there.
+        """
+        version = 0 if base is None else base.version + 1
+        try:
+            if base is None:
+                return DatabaseState.initial(self.decoded)
+            return base.apply(replace(self.decoded, version=version))
+        except CorruptLog as exc:
+            raise _refused(version, exc) from None
+
+
+def prepare(version: int, info: CommitInfo, actions: Sequence[Action]) -> Prepared:
+    """Encode a commit for ``version`` and decode it back exactly as a reader would.
+
+    Raises:
+        InvalidCommit: a reader would reject the commit (nothing was published).
+    """
+    data = encode_commit(info, list(actions))
+    try:
+        return Prepared(info, data, decode_commit(commit_key(version), version, data))
+    except CorruptLog as exc:
+        raise _refused(version, exc) from None
+
+
+def _refused(version: int, exc: CorruptLog) -> InvalidCommit:
+    return InvalidCommit(
+        f"refused to publish version {version}: readers would reject it ({exc.reason})",
+        help="this is a bug in mere or in the engine writing through it; nothing was committed",
+    )
+
+
 def validate(
     base: DatabaseState | None, version: int, info: CommitInfo, actions: Sequence[Action]
 ) -> tuple[bytes, DatabaseState]:
@@ -81,22 +141,43 @@ def validate(
     Raises:
         InvalidCommit: a reader would reject the commit (nothing was published).
     """
-    data = encode_commit(info, list(actions))
-    try:
-        commit = decode_commit(commit_key(version), version, data)
-        if base is None:
-            return data, DatabaseState.initial(commit)
-        return data, base.apply(commit)
-    except CorruptLog as exc:
-        raise InvalidCommit(
-            f"refused to publish version {version}: readers would reject it ({exc.reason})",
-            help="this is a bug in mere or in the engine writing through it; nothing was committed",
-        ) from None
+    prepared = prepare(version, info, actions)
+    return prepared.data, prepared.apply_to(base)
+
+
+def commit_timestamp(base: DatabaseState) -> int:
+    """The timestamp of a commit on ``base``: now, but always after ``base``'s (format §3)."""
+    return max(int(time.time() * 1000), base.timestamp + 1)
 
 
 def changes_metadata(commit: Commit) -> bool:
     """Whether ``commit`` holds anything but data files and application markers."""
     return not all(isinstance(a, AddFile | RemoveFile | AppTxn) for a in commit.actions)
+
+
+@dataclass
+class _Draft:
+    """A commit being published: described anew for each base it is tried on.
+
+    Encoded (and decoded back) again only when its commitInfo changed, that
+    is when a winner took a timestamp at or after ours (format §3: they
+    strictly increase).
+    """
+
+    commit_id: str
+    actions: Sequence[Action]
+    describe: DescribeCommit
+    timestamp: int = 0
+    prepared: Prepared | None = None
+
+    def on(self, base: DatabaseState) -> Prepared:
+        """The commit to put at ``base.version + 1``."""
+        if self.timestamp <= base.timestamp:
+            self.timestamp = commit_timestamp(base)
+        info = self.describe(self.commit_id, base, self.actions, self.timestamp)
+        if self.prepared is None or self.prepared.info != info:
+            self.prepared = prepare(base.version + 1, info, self.actions)
+        return self.prepared
 
 
 class Committer:
@@ -145,51 +226,84 @@ class Committer:
             if latest is not None and latest > base.version:
                 base = self.rebase(base, latest, footprint)
         pacing = pacing_of(self.log)
-        pause = pacing.pause()
-        if pause:
-            time.sleep(pause)
+        turns = self.log.store.turns(LOG_PREFIX)
+        if turns is None:
+            pause = pacing.pause()
+            if pause:
+                time.sleep(pause)
         lost_at: float | None = None
         first_put: float | None = None
         attempt = 0
-        while True:
-            attempt += 1
-            version = base.version + 1
-            info = describe(commit_id, base, actions)
-            data, state = validate(base, version, info, actions)
-            put_at = time.monotonic()
-            if lost_at is None:
-                first_put = put_at
-            else:
-                pacing.caught_up(put_at - lost_at)
-            if self.log.put_commit(version, data, commit_id) is PutOutcome.WON:
-                pacing.won(time.monotonic() - put_at)
-                self.after_commit(state)
-                return Committed(version, state, info)
-            pacing.lost()
-            lost_at = put_at
-            # The lost put read the winner back: move onto it. Then wait a random time
-            # up to our catch-up (so that losers do not all race for the next version
-            # again) and read forward to the latest (Log.read_forward). With nothing
-            # to go by yet, try the next version at once, and read forward only
-            # after a second loss in a row.
-            winners = [self.log.read_commit(version)]
-            wait = pacing.after_loss()
-            if wait:
-                time.sleep(wait)
-                lost_at += wait
-            if wait or attempt % 2 == 0:
-                winners += self.log.read_forward(version + 1)
-            base = self.rebase_onto(base, winners, footprint)
-            assert first_put is not None
-            if attempt >= self.max_attempts and (
-                self.max_attempts == 1 or time.monotonic() - first_put >= COMMIT_PATIENCE_SECONDS
-            ):
-                break
+        draft = _Draft(commit_id, actions, describe)
+        try:
+            while True:
+                attempt += 1
+                if turns is not None:
+                    base = self._take_turn(turns, base, footprint)
+                try:
+                    version = base.version + 1
+                    commit = draft.on(base)
+                    state = commit.apply_to(base)
+                    put_at = time.monotonic()
+                    if lost_at is None:
+                        first_put = put_at
+                    else:
+                        pacing.caught_up(put_at - lost_at)
+                    outcome = self.log.put_commit(version, commit.data, commit_id)
+                finally:
+                    if turns is not None:
+                        turns.give_back()
+                if outcome is PutOutcome.WON:
+                    pacing.won(time.monotonic() - put_at)
+                    self.after_commit(state)
+                    return Committed(version, state, commit.info)
+                pacing.lost()
+                lost_at = put_at
+                # The lost put read the winner back: move onto it. Then wait a random
+                # time up to our catch-up (so that losers do not all race for the next
+                # version again) and read forward to the latest (Log.read_forward).
+                # With nothing to go by yet, try the next version at once, and read
+                # forward only after a second loss in a row.
+                winners = [self.log.read_commit(version)]
+                wait = pacing.after_loss()
+                if wait:
+                    time.sleep(wait)
+                    lost_at += wait
+                if wait or attempt % 2 == 0:
+                    winners += self.log.read_forward(version + 1)
+                base = self.rebase_onto(base, winners, footprint)
+                assert first_put is not None
+                if attempt >= self.max_attempts and (
+                    self.max_attempts == 1
+                    or time.monotonic() - first_put >= COMMIT_PATIENCE_SECONDS
+                ):
+                    break
+        finally:
+            if turns is not None:
+                turns.close()
         raise RetriesExhausted(
             f"gave up after {attempt} attempts to commit",
             winning_version=base.version,
             table=None,
         )
+
+    def _take_turn(
+        self, turns: Turns, base: DatabaseState, footprint: TxFootprint
+    ) -> DatabaseState:
+        """Wait for our turn (catching up with the log first), then catch up to the latest.
+
+        Returns the base to commit on. After ``TURN_PATIENCE_SECONDS`` without a
+        turn (its holder stopped, say), goes on without one: put_if_absent still
+        decides, so a missed turn costs at most a lost race.
+        """
+        if not turns.try_take():
+            base = self.rebase_onto(base, self.log.read_forward(base.version + 1), footprint)
+            deadline = time.monotonic() + TURN_PATIENCE_SECONDS
+            poll = TURN_POLL_SECONDS
+            while not turns.try_take() and time.monotonic() < deadline:
+                time.sleep(poll)
+                poll = min(2 * poll, TURN_POLL_MAX_SECONDS)
+        return self.rebase_onto(base, self.log.read_forward(base.version + 1), footprint)
 
     def rebase(self, base: DatabaseState, latest: int, footprint: TxFootprint) -> DatabaseState:
         """Check every commit after ``base`` up to ``latest`` and move onto it.
@@ -245,6 +359,9 @@ __all__ = [
     "STALE_SNAPSHOT_SECONDS",
     "Committed",
     "Committer",
+    "Prepared",
+    "commit_timestamp",
     "first_commit_info",
+    "prepare",
     "validate",
 ]

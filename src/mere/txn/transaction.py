@@ -402,7 +402,7 @@ class Transaction:
         return committed.version
 
     def _commit_info(
-        self, commit_id: str, base: DatabaseState, actions: Sequence[Action]
+        self, commit_id: str, base: DatabaseState, actions: Sequence[Action], timestamp: int
     ) -> CommitInfo:
         ops = _collapse(self.stage.operations)
         if len(ops) == 1:
@@ -430,7 +430,7 @@ class Transaction:
         dropped = any(isinstance(a, DropTable) for a in actions)
         return CommitInfo(
             commit_id=commit_id,
-            timestamp=max(int(time.time() * 1000), base.timestamp + 1),
+            timestamp=timestamp,
             read_version=self.read_version,
             isolation=self.isolation,
             operation=operation,
