@@ -189,3 +189,46 @@ def test_a_retry_is_encoded_again_when_a_winner_took_a_later_timestamp(
 ) -> None:
     encoded, ours, theirs = _lose_one_race(monkeypatch, 1_000)  # a clock far behind the log
     assert encoded == 2 and ours == theirs + 1
+
+
+def test_a_commit_whose_directory_sync_fails_after_its_turn_is_of_unknown_outcome(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mere.storage import local
+
+    root = tmp_path / "db"
+    db = mere.connect(str(root))
+    db.create_table("t", KV)
+    before = db.version
+    fsync_dir = local._fsync_dir
+
+    def failing(path: str) -> None:
+        if path.endswith("_log"):
+            raise OSError(5, "Input/output error")
+        fsync_dir(path)
+
+    monkeypatch.setattr(local, "_fsync_dir", failing)
+    with pytest.raises(mere.CommitOutcomeUnknown, match="may not be durable"):
+        db.table("t").append([{"k": 7}])
+    monkeypatch.undo()
+    # The commit landed (only its durability is in doubt) and kept its data file.
+    fresh = mere.connect(str(root), create=False)
+    assert fresh.version == before + 1
+    assert fresh.table("t").scan().column("k").to_pylist() == [7]
+
+
+def test_a_filesystem_without_flock_has_no_turns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mere.storage import local
+
+    def unsupported(fd: int, operation: int) -> None:
+        raise OSError(37, "No locks available")  # ENOLCK, as some network mounts answer
+
+    db = mere.connect(str(tmp_path / "db"))
+    db.create_table("t", KV)
+    monkeypatch.setattr(local.fcntl, "flock", unsupported)
+    store = LocalStore(tmp_path / "db")
+    assert store.turns("_log/") is None
+    before = db.version
+    assert mere.connect(store, create=False).table("t").append([{"k": 1}]) == before + 1

@@ -80,7 +80,15 @@ class Turns(abc.ABC):
 
     @abc.abstractmethod
     def give_back(self) -> None:
-        """Give the turn back (a no-op unless taken)."""
+        """Give the turn back (a no-op unless taken).
+
+        A store may finish the puts made during the turn here, after the
+        next writer's turn began (a local store syncs the directory of a new
+        name): only once this returned is such a put durable.
+
+        Raises:
+            StorageError: a put made during the turn may not be durable.
+        """
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -22,8 +22,19 @@ segment starting with that prefix (such keys raise :class:`InvalidKey`), and
 by a killed writer can never be mistaken for an object. They can be swept with
 :meth:`LocalStore.remove_temp_files`.
 
-Symbolic links: every key is resolved with :func:`os.path.realpath` and must
-land strictly inside the (resolved) root, otherwise the operation raises
+Turns: writers of one machine queue for each new version of the log instead
+of racing for it (:meth:`LocalStore.turns`): an exclusive ``flock`` on the
+file ``.mere-turns`` of the log's directory, which the kernel releases when
+its holder dies. Advisory only: the link above still decides every race,
+writers on other machines (a shared filesystem) take no part, and a turn
+held too long is not waited for (``mere.txn.committer``). While a thread
+holds the turn, its put's directory fsync is done when the turn is given
+back, so the next writer does not wait for it: a directory's fsync covers
+every name made in it before, so no later version can outlive an earlier one.
+
+Symbolic links: every key is resolved with :func:`os.path.realpath` (each
+directory once per store, then only the last component) and must land
+strictly inside the (resolved) root, otherwise the operation raises
 :class:`InvalidKey` and touches nothing. So a symlink inside the root that
 points outside it is never followed, for reads or writes. Symlinks whose
 target stays inside the root work for reads, but ``list`` reports only regular
@@ -78,9 +89,21 @@ class _FileTurns(Turns):
     one process queue too; the file stays open for the thread's next commit.
     """
 
-    def __init__(self, path: str) -> None:
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o666)
-        self._held = False
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._fd = os.open(
+            os.path.join(directory, TURNS_FILE), os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o666
+        )
+        try:  # a filesystem without flock (some network mounts) has no turns
+            fcntl.flock(self._fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            pass  # another writer's turn: flock works
+        except OSError:
+            os.close(self._fd)
+            raise
+        self.held = False
+        self.unsynced = False  # a name made in the directory during the turn awaits its fsync
         #: The process that opened the file: a forked child shares the open file,
         #: and so the lock, with its parent, and opens one of its own.
         self.pid = os.getpid()
@@ -91,13 +114,31 @@ class _FileTurns(Turns):
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # held by another (BlockingIOError), or no flock here: no turn
             return False
-        self._held = True
+        self.held = True
         return True
 
     def give_back(self) -> None:
-        if self._held:
-            self._held = False
+        """Give the turn back, then make the names created during it durable.
+
+        The directory fsync comes after the unlock: the next writer's link
+        need not wait for it. That is safe, as a later name in the directory
+        cannot outlive an earlier one (a directory's fsync covers every entry
+        made before it), and the put is reported only once this returns.
+
+        Raises:
+            StorageError: the fsync failed; the names may not survive a crash.
+        """
+        if self.held:
+            self.held = False
             fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if self.unsynced:
+            self.unsynced = False
+            try:
+                _fsync_dir(self.directory)
+            except OSError as exc:
+                raise StorageError(
+                    f"could not make the commit durable in {self.directory!r}: {exc}"
+                ) from exc
 
     def close(self) -> None:
         self.give_back()
@@ -327,7 +368,9 @@ class LocalStore(ObjectStore):
 
         Temp file + fsync + ``os.link`` + unlink temp + fsync directory (see
         the module docstring). When this returns, the object and its name are
-        on disk.
+        on disk -- except while this thread holds the turn of the key's
+        directory (:meth:`turns`): the directory's fsync then waits for the
+        turn's ``give_back``.
 
         Raises:
             AlreadyExists: the key exists; nothing was changed.
@@ -356,9 +399,23 @@ class LocalStore(ObjectStore):
                 raise AlreadyExists(key) from None
             finally:
                 _unlink_quietly(tmp)
-            _fsync_new_name(parent, created)
+            if created or not self._sync_at_give_back(parent):
+                _fsync_new_name(parent, created)
         except OSError as exc:
             raise self._error("put_if_absent", key, exc) from exc
+
+    def _sync_at_give_back(self, directory: str) -> bool:
+        """Leave a new name in ``directory`` to be made durable when our turn is given back.
+
+        Only while this thread holds the turn of ``directory``: the next
+        writer's turn then need not wait for our directory fsync
+        (:class:`_FileTurns`).
+        """
+        for handle in self._turns.__dict__.values():
+            if handle.directory == directory and handle.held:
+                handle.unsynced = True
+                return True
+        return False
 
     def turns(self, prefix: str) -> Turns | None:
         """Turns among this machine's writers under ``prefix`` (``flock`` on :data:`TURNS_FILE`).
@@ -374,7 +431,7 @@ class LocalStore(ObjectStore):
         if handle is None or handle.pid != os.getpid():
             directory = self._path(prefix.strip("/")) if prefix.strip("/") else self.root
             try:
-                handle = _FileTurns(os.path.join(directory, TURNS_FILE))
+                handle = _FileTurns(directory)
             except OSError:
                 return None
             handles[prefix] = handle

@@ -2,15 +2,19 @@
 
 ::
 
-    pause if other writers were racing lately (mere.txn.pacing)
+    take a turn among this machine's writers and catch up with the log in it
+    (a store with turns: ObjectStore.turns), else pause if other writers were
+    racing lately (mere.txn.pacing)
        │
        ▼
     actions ──► encode, decode and apply to the base state, as a reader would
                 (a commit a reader would reject is refused, never published)
        │
        ▼
-    put _log/<base + 1>.json create-only ──WON──► after-commit hooks ──► version
-       │                                          (state cache, hint, checkpoint)
+    put _log/<base + 1>.json create-only, give the turn back
+       │
+       ├──WON──► after-commit hooks (state cache, hint, checkpoint) ──► version
+       │
        │ LOST (ambiguous outcomes resolved by commit id: mere.log.Log.put_commit)
        ▼
     read the winners ──► conflict with our footprint? ──► ConflictError
@@ -19,8 +23,9 @@
     rebase onto them, apply again, retry (bounded: max_attempts lost races,
     and COMMIT_PATIENCE_SECONDS while others keep committing). The retry puts
     the same bytes (encoded and decoded once: Prepared) unless a winner's
-    timestamp forces a later one; on a LocalStore the same bytes reuse the
-    lost put's durable temp file too.
+    timestamp forces a later one.
+
+Catching up inside the turn checks the same conflicts as a lost race does.
 
 Version 0 (a new database, an export's first commit) goes through
 :meth:`Committer.create`, with the same validation.
@@ -33,7 +38,14 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from mere.errors import CorruptLog, InvalidArgument, InvalidCommit, RetriesExhausted
+from mere.errors import (
+    CommitOutcomeUnknown,
+    CorruptLog,
+    InvalidArgument,
+    InvalidCommit,
+    RetriesExhausted,
+    StorageError,
+)
 from mere.log.actions import (
     Action,
     AddFile,
@@ -155,6 +167,22 @@ def changes_metadata(commit: Commit) -> bool:
     return not all(isinstance(a, AddFile | RemoveFile | AppTxn) for a in commit.actions)
 
 
+def _give_back(turns: Turns, version: int, commit_id: str) -> None:
+    """Give the turn back, which makes a put made in it durable (ObjectStore.turns).
+
+    Raises:
+        CommitOutcomeUnknown: the put landed but may not survive a crash.
+    """
+    try:
+        turns.give_back()
+    except StorageError as exc:
+        raise CommitOutcomeUnknown(
+            f"the commit of version {version} landed but may not be durable: {exc}",
+            version=version,
+            commit_id=commit_id,
+        ) from exc
+
+
 @dataclass
 class _Draft:
     """A commit being published: described anew for each base it is tried on.
@@ -252,7 +280,7 @@ class Committer:
                     outcome = self.log.put_commit(version, commit.data, commit_id)
                 finally:
                     if turns is not None:
-                        turns.give_back()
+                        _give_back(turns, version, commit_id)
                 if outcome is PutOutcome.WON:
                     pacing.won(time.monotonic() - put_at)
                     self.after_commit(state)
