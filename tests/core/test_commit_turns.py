@@ -5,7 +5,8 @@ one, catches up with the log, puts the next version and gives it back, so
 writers of one machine queue instead of losing races to one another. They
 are advisory: a turn held too long (a stopped process) is waited for at most
 ``TURN_PATIENCE_SECONDS``, after which put-if-absent alone decides, as it
-does between machines. A commit that does lose a race is encoded again only
+does between machines (and for a while the client takes only free turns). A
+commit that does lose a race is encoded again only
 when a winner's timestamp forces a later one.
 """
 
@@ -102,6 +103,19 @@ def test_a_commit_waits_out_a_stopped_holder_then_goes_on(
     db = mere.connect(store, create=False)
     version = db.table("t").append([{"k": 1}])
     assert version == db.version and db.table("t").scan().num_rows == 1
+    # While the holder stays stopped, the next commits try once and do not wait.
+    mine = store.turns("_log/")
+    assert mine is not None
+    tries = [0]
+    try_take = mine.try_take
+
+    def counting() -> bool:
+        tries[0] += 1
+        return try_take()
+
+    monkeypatch.setattr(mine, "try_take", counting)
+    db.table("t").append([{"k": 2}])
+    assert tries[0] == 1 and db.table("t").scan().num_rows == 2
 
 
 def test_a_commit_catches_up_inside_its_turn_instead_of_losing_a_race(

@@ -49,7 +49,7 @@ HOSTILE = [
     "_log/x",
 ]
 LAYOUT = re.compile(
-    r"_log/(\d{20}\.json|\d{20}\.checkpoint\.parquet|_latest|_last_checkpoint)"
+    r"_log/(\d{20}\.json|\d{20}\.checkpoint\.parquet|_latest|_last_checkpoint|\.mere-turns)"
     r"|tables/[0-9a-f]{32}/([^/]+/)*part-[0-9a-f]{32}\.parquet"
 )
 

@@ -440,15 +440,12 @@ def test_merge_source_row_matching_several_target_rows_updates_all(
 
 
 @needs_merge
-def test_merge_target_row_matched_twice_fails_in_both(stored_table: mere.Table) -> None:
+def test_merge_target_row_matched_twice_fails(stored_table: mere.Table) -> None:
+    # SQL:2003 and Spark's Delta MERGE refuse a source that matches one target row
+    # twice. DuckDB did too up to 2.0.0 ("more than once"); 2.0.1 applies one of
+    # the matches instead, so it is no oracle here: mere keeps Spark's answer.
     table, db = stored_table, stored_table._db
     source = source_rows((3, 1, "a", "U", 0), (3, 2, "b", "U", 0))
-    con = duck_table(ALL_ROWS)
-    con.register("src", source)
-    with pytest.raises(duckdb.Error, match="more than once"):
-        con.execute(
-            "MERGE INTO t USING src AS s ON t.id = s.id WHEN MATCHED THEN UPDATE SET x = s.x"
-        )
     version = db.version
     with pytest.raises(mere.ConstraintViolation, match="several source rows"):
         table.merge(source, on="t.id = s.id").when_matched_update({"x": "s.x"}).execute()

@@ -13,6 +13,7 @@ import multiprocessing
 import multiprocessing.context
 import os
 import random
+import shutil
 import signal
 import sys
 import time
@@ -229,6 +230,26 @@ def test_symlinked_directory_pointing_outside_is_never_followed(
     assert listed(local_store) == []  # list does not descend into symlinks
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
     assert (outside / "secret.txt").read_bytes() == b"secret"
+
+
+@pytest.mark.parametrize("swapped", ["tables/t", "tables"])
+def test_a_directory_swapped_for_a_symlink_after_use_is_never_followed(
+    swapped: str, local_store: LocalStore, outside: Path
+) -> None:
+    # The store remembers resolved directories: a directory it resolved before,
+    # replaced since by a symlink out of the root (itself or a parent of it),
+    # must be resolved again, not trusted.
+    root = Path(local_store.root)
+    local_store.put_if_absent("tables/t/a", b"x")
+    assert local_store.get("tables/t/a") == b"x"
+    shutil.rmtree(root / swapped)
+    (root / swapped).symlink_to(outside, target_is_directory=True)
+    for key in ("tables/t/b", "tables/t/a"):
+        with pytest.raises(InvalidKey):
+            local_store.put_if_absent(key, b"escaped")
+        with pytest.raises(InvalidKey):
+            local_store.get(key)
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
 
 
 def test_symlinked_file_pointing_outside_is_never_followed(

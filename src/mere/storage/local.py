@@ -128,17 +128,19 @@ class _FileTurns(Turns):
         Raises:
             StorageError: the fsync failed; the names may not survive a crash.
         """
-        if self.held:
-            self.held = False
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-        if self.unsynced:
-            self.unsynced = False
-            try:
-                _fsync_dir(self.directory)
-            except OSError as exc:
-                raise StorageError(
-                    f"could not make the commit durable in {self.directory!r}: {exc}"
-                ) from exc
+        try:
+            if self.held:
+                self.held = False
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            if self.unsynced:
+                self.unsynced = False
+                try:
+                    _fsync_dir(self.directory)
+                except OSError as exc:
+                    raise StorageError(
+                        f"could not make the commit durable in {self.directory!r}: {exc}"
+                    ) from exc
 
     def close(self) -> None:
         self.give_back()
@@ -227,7 +229,8 @@ class LocalStore(ObjectStore):
         self._real_root = os.path.realpath(path)
         self._real_root_slash = os.path.join(self._real_root, "")
         self.uri = Path(path).as_uri()
-        self._real_dirs: dict[str, str] = {}  # directory -> its resolved path
+        # directory -> its resolved path and its (device, inode) when resolved
+        self._real_dirs: dict[str, tuple[str, tuple[int, int]]] = {}
         self._turns = threading.local()  # prefix -> this thread's _FileTurns
         self._takes_turns = turns and fcntl is not None
 
@@ -260,16 +263,32 @@ class LocalStore(ObjectStore):
     def _check_inside(self, what: str, path: str) -> None:
         """Raise InvalidKey unless ``path`` resolves to somewhere strictly inside the root.
 
-        The resolved form of an existing directory is remembered (every get
-        and put of a commit resolves the same ``_log`` directory): only the
-        last component is looked at again, and resolved if it is a symlink.
+        The resolved form of a directory is remembered with its identity
+        (device and inode, as ``lstat`` of its path finds them): every get
+        and put of a commit resolves the same ``_log`` directory. A directory
+        found to be another one since (it, or a directory above it, swapped
+        for a symlink) is resolved again. The last component is resolved
+        whenever it is a symlink.
         """
         parent, name = os.path.split(path)
-        real_parent = self._real_dirs.get(parent)
-        if real_parent is None:
+        try:
+            found = os.lstat(parent)
+        except OSError:  # missing (a new table's directory): resolve, remember nothing
+            found = None
+        remembered = self._real_dirs.get(parent)
+        if (
+            found is not None
+            and remembered is not None
+            and remembered[1] == (found.st_dev, found.st_ino)
+            and stat.S_ISDIR(found.st_mode)
+        ):
+            real_parent = remembered[0]
+        else:
             real_parent = os.path.realpath(parent)
-            if os.path.isdir(parent) and len(self._real_dirs) < _REAL_DIRS_KEPT:
-                self._real_dirs[parent] = real_parent
+            if found is not None and stat.S_ISDIR(found.st_mode):
+                if len(self._real_dirs) >= _REAL_DIRS_KEPT:
+                    self._real_dirs.clear()
+                self._real_dirs[parent] = (real_parent, (found.st_dev, found.st_ino))
         real = os.path.join(real_parent, name)
         if os.path.islink(real):
             real = os.path.realpath(real)

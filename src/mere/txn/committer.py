@@ -322,15 +322,23 @@ class Committer:
 
         Returns the base to commit on. After ``TURN_PATIENCE_SECONDS`` without a
         turn (its holder stopped, say), goes on without one: put_if_absent still
-        decides, so a missed turn costs at most a lost race.
+        decides, so a missed turn costs at most a lost race. For
+        ``STALLED_TURN_SECONDS`` after that, this client does not wait for a
+        turn it cannot take at once, so a stopped holder does not cost each
+        commit a second.
         """
+        pacing = pacing_of(self.log)
         if not turns.try_take():
             base = self.rebase_onto(base, self.log.read_forward(base.version + 1), footprint)
-            deadline = time.monotonic() + TURN_PATIENCE_SECONDS
-            poll = TURN_POLL_SECONDS
-            while not turns.try_take() and time.monotonic() < deadline:
-                time.sleep(poll)
-                poll = min(2 * poll, TURN_POLL_MAX_SECONDS)
+            if not pacing.turns_stalled():
+                deadline = time.monotonic() + TURN_PATIENCE_SECONDS
+                poll = TURN_POLL_SECONDS
+                while not turns.try_take():
+                    if time.monotonic() >= deadline:
+                        pacing.stalled_turn()
+                        break
+                    time.sleep(poll)
+                    poll = min(2 * poll, TURN_POLL_MAX_SECONDS)
         return self.rebase_onto(base, self.log.read_forward(base.version + 1), footprint)
 
     def rebase(self, base: DatabaseState, latest: int, footprint: TxFootprint) -> DatabaseState:

@@ -57,6 +57,8 @@ PROBE_GROWTH = 4
 PROBE_MAX = 0.2
 #: A loser waits up to this many times its catch-up before reading forward.
 LOSER_SPREAD = 1.0
+#: After giving up waiting for a turn, a client takes turns only when free for this long.
+STALLED_TURN_SECONDS = 10.0
 #: Weight of the newest sample in the moving averages.
 _WEIGHT = 0.2
 
@@ -75,6 +77,7 @@ class Pacing:
     wins_alone: int = 0  # commits won in a row without a lost race in CONTENTION_WINDOW
     probe_scale: float = 0.0  # the next probe's scale (0: from put_time and catch_up)
     probed_at: float | None = None  # when the last probe was
+    stalled_at: float | None = None  # when we last gave up waiting for a turn
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def pause(self) -> float:
@@ -112,6 +115,17 @@ class Pacing:
             self.lost_at = time.monotonic()
             self.wins_alone, self.probe_scale = 0, 0.0
 
+    def stalled_turn(self) -> None:
+        """We waited for a turn (ObjectStore.turns) as long as we may and did not get it."""
+        with self.lock:
+            self.stalled_at = time.monotonic()
+
+    def turns_stalled(self) -> bool:
+        """Whether we gave up waiting for a turn within ``STALLED_TURN_SECONDS``."""
+        with self.lock:
+            at = self.stalled_at
+        return at is not None and time.monotonic() - at < STALLED_TURN_SECONDS
+
     def caught_up(self, seconds: float) -> None:
         """Our next put went out ``seconds`` after the lost one was sent."""
         with self.lock:
@@ -137,6 +151,7 @@ __all__ = [
     "PROBE_EVERY",
     "PROBE_MAX",
     "PROBE_SPACING",
+    "STALLED_TURN_SECONDS",
     "Pacing",
     "pacing_of",
 ]
