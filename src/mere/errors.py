@@ -40,6 +40,13 @@ class AlreadyExists(StorageError):
         self.key = key
 
 
+class NotDurable(StorageError):
+    """A create landed (its key now names the bytes) but may not survive a crash.
+
+    The local store raises it when the directory's fsync failed after the link.
+    """
+
+
 class ObjectNotFound(StorageError):
     """The key does not exist in the store."""
 

@@ -246,3 +246,30 @@ def test_a_filesystem_without_flock_has_no_turns(
     assert store.turns("_log/") is None
     before = db.version
     assert mere.connect(store, create=False).table("t").append([{"k": 1}]) == before + 1
+
+
+def test_a_racing_commit_whose_directory_sync_fails_is_of_unknown_outcome(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without turns the fsync is the put's own: it failed after the link, so the
+    # read-back finds our commit, which must not make it count as durably won.
+    from mere.storage import local
+
+    root = tmp_path / "db"
+    db = mere.connect(LocalStore(root, turns=False))
+    db.create_table("t", KV)
+    before = db.version
+    fsync_dir = local._fsync_dir
+
+    def failing(path: str) -> None:
+        if path.endswith("_log"):
+            raise OSError(5, "Input/output error")
+        fsync_dir(path)
+
+    monkeypatch.setattr(local, "_fsync_dir", failing)
+    with pytest.raises(mere.CommitOutcomeUnknown, match="may not be durable"):
+        db.table("t").append([{"k": 7}])
+    monkeypatch.undo()
+    fresh = mere.connect(str(root), create=False)
+    assert fresh.version == before + 1
+    assert fresh.table("t").scan().column("k").to_pylist() == [7]

@@ -24,6 +24,7 @@ from mere.errors import (
     CommitOutcomeUnknown,
     CorruptLog,
     MereError,
+    NotDurable,
     ObjectNotFound,
     StorageError,
     VersionNotFound,
@@ -283,6 +284,12 @@ class Log:
                 return PutOutcome.WON
             except AlreadyExists:
                 pass
+            except NotDurable as exc:  # ours landed: read back, it would count as won
+                raise CommitOutcomeUnknown(
+                    f"the commit of version {version} landed but may not be durable: {exc}",
+                    version=version,
+                    commit_id=commit_id,
+                ) from exc
             except StorageError as exc:
                 last_error = exc
             try:

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from mere.errors import AlreadyExists, InvalidKey, ObjectNotFound, StorageError
+from mere.errors import AlreadyExists, InvalidKey, NotDurable, ObjectNotFound, StorageError
 from mere.storage.base import ObjectMeta, ObjectStore, Turns, check_key, check_prefix
 
 try:
@@ -394,8 +394,8 @@ class LocalStore(ObjectStore):
         Raises:
             AlreadyExists: the key exists; nothing was changed.
             InvalidKey: the key is malformed or would leave the root.
-            StorageError: anything else; the object may or may not exist
-                (e.g. a directory fsync failed after the link succeeded), and a
+            NotDurable: the object was created, but the directory's fsync failed.
+            StorageError: anything else; the object may or may not exist, and a
                 key that names an existing directory (``a`` when ``a/b`` is an
                 object) cannot be stored.
         """
@@ -418,10 +418,16 @@ class LocalStore(ObjectStore):
                 raise AlreadyExists(key) from None
             finally:
                 _unlink_quietly(tmp)
-            if created or not self._sync_at_give_back(parent):
-                _fsync_new_name(parent, created)
         except OSError as exc:
             raise self._error("put_if_absent", key, exc) from exc
+        if created or not self._sync_at_give_back(parent):
+            try:
+                _fsync_new_name(parent, created)
+            except OSError as exc:
+                raise NotDurable(
+                    f"put_if_absent of {key!r} in {self.root!r} landed, but its directory "
+                    f"could not be synced: {exc}"
+                ) from exc
 
     def _sync_at_give_back(self, directory: str) -> bool:
         """Leave a new name in ``directory`` to be made durable when our turn is given back.
