@@ -118,6 +118,18 @@ def test_a_commit_waits_out_a_stopped_holder_then_goes_on(
     assert tries[0] == 1 and db.table("t").scan().num_rows == 2
 
 
+def _one_behind(target: Any) -> tuple[mere.Database, mere.Transaction, int]:
+    """A transaction appending to table ``a``, and the version another client committed
+    after it began (an append to table ``b``)."""
+    db = mere.connect(target)
+    db.create_table("a", KV)
+    db.create_table("b", KV)
+    tx = db.transaction()
+    tx.table("a").append([{"k": 1}])
+    theirs = mere.connect(target, create=False).table("b").append([{"k": 2}])
+    return db, tx, theirs
+
+
 def test_a_commit_catches_up_inside_its_turn_instead_of_losing_a_race(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -129,13 +141,7 @@ def test_a_commit_catches_up_inside_its_turn_instead_of_losing_a_race(
         return outcomes[-1]
 
     monkeypatch.setattr(Log, "put_commit", counting)
-    root = str(tmp_path / "db")
-    db = mere.connect(root)
-    db.create_table("a", KV)
-    db.create_table("b", KV)
-    tx = db.transaction()
-    tx.table("a").append([{"k": 1}])
-    theirs = mere.connect(root, create=False).table("b").append([{"k": 2}])
+    db, tx, theirs = _one_behind(str(tmp_path / "db"))
     assert tx.commit() == theirs + 1
     assert PutOutcome.LOST not in outcomes
     assert db.table("a").scan().num_rows == 1 and db.table("b").scan().num_rows == 1
@@ -165,13 +171,7 @@ def _lose_one_race(monkeypatch: pytest.MonkeyPatch, now_ms: int | None) -> tuple
 
     Returns how often the commit was encoded, its timestamp and the winner's.
     """
-    store = MemoryStore()  # no turns: the race is lost
-    db = mere.connect(store)
-    db.create_table("a", KV)
-    db.create_table("b", KV)
-    tx = db.transaction()
-    tx.table("a").append([{"k": 1}])
-    theirs = mere.connect(store, create=False).table("b").append([{"k": 2}])
+    db, tx, theirs = _one_behind(MemoryStore())  # no turns: the race is lost
     encoded = [0]
     prepare = committer.prepare
 
@@ -205,32 +205,6 @@ def test_a_retry_is_encoded_again_when_a_winner_took_a_later_timestamp(
     assert encoded == 2 and ours == theirs + 1
 
 
-def test_a_commit_whose_directory_sync_fails_after_its_turn_is_of_unknown_outcome(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from mere.storage import local
-
-    root = tmp_path / "db"
-    db = mere.connect(str(root))
-    db.create_table("t", KV)
-    before = db.version
-    fsync_dir = local._fsync_dir
-
-    def failing(path: str) -> None:
-        if path.endswith("_log"):
-            raise OSError(5, "Input/output error")
-        fsync_dir(path)
-
-    monkeypatch.setattr(local, "_fsync_dir", failing)
-    with pytest.raises(mere.CommitOutcomeUnknown, match="may not be durable"):
-        db.table("t").append([{"k": 7}])
-    monkeypatch.undo()
-    # The commit landed (only its durability is in doubt) and kept its data file.
-    fresh = mere.connect(str(root), create=False)
-    assert fresh.version == before + 1
-    assert fresh.table("t").scan().column("k").to_pylist() == [7]
-
-
 def test_a_filesystem_without_flock_has_no_turns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -248,15 +222,20 @@ def test_a_filesystem_without_flock_has_no_turns(
     assert mere.connect(store, create=False).table("t").append([{"k": 1}]) == before + 1
 
 
-def test_a_racing_commit_whose_directory_sync_fails_is_of_unknown_outcome(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "turns", [pytest.param(True, id="turns"), pytest.param(False, id="racing")]
+)
+def test_a_commit_whose_directory_sync_fails_is_of_unknown_outcome(
+    turns: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Without turns the fsync is the put's own: it failed after the link, so the
-    # read-back finds our commit, which must not make it count as durably won.
+    # The link landed, so the commit is there; only its durability is in doubt. With
+    # turns the fsync follows the turn (its failure must not delete the data file
+    # under a landed commit); without, it is the put's own (the read-back finds our
+    # commit, which must not make it count as durably won).
     from mere.storage import local
 
     root = tmp_path / "db"
-    db = mere.connect(LocalStore(root, turns=False))
+    db = mere.connect(LocalStore(root, turns=turns))
     db.create_table("t", KV)
     before = db.version
     fsync_dir = local._fsync_dir
