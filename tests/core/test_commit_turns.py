@@ -66,7 +66,7 @@ def test_threads_queue_for_a_turn(held: tuple[LocalStore, Turns]) -> None:
     other.give_back()
     assert mine.try_take()
     assert not other.try_take()
-    mine.close()
+    mine.give_back()
     assert other.try_take()
 
 

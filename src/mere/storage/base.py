@@ -90,10 +90,6 @@ class Turns(abc.ABC):
             StorageError: a put made during the turn may not be durable.
         """
 
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Give the turn back; done with the handle (a store may keep it for the thread)."""
-
 
 class ObjectStore(abc.ABC):
     """A flat namespace of immutable-by-convention objects under one root."""

@@ -142,9 +142,6 @@ class _FileTurns(Turns):
                         f"could not make the commit durable in {self.directory!r}: {exc}"
                     ) from exc
 
-    def close(self) -> None:
-        self.give_back()
-
 
 def _fsync_dir(path: str) -> None:
     """Make the directory entries of ``path`` durable (no-op where unsupported)."""

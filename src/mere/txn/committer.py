@@ -61,7 +61,7 @@ from mere.log.log import Log, PutOutcome
 from mere.snapshot.state import DatabaseState
 from mere.storage.base import Turns
 from mere.txn.conflicts import TxFootprint, check_winner
-from mere.txn.pacing import pacing_of
+from mere.txn.pacing import Pacing, pacing_of
 
 #: A transaction older than this moves to the latest version before its first commit try.
 STALE_SNAPSHOT_SECONDS = 60.0
@@ -117,7 +117,10 @@ class Prepared:
         try:
             if base is None:
                 return DatabaseState.initial(self.decoded)
-            return base.apply(replace(self.decoded, version=version))
+            decoded = self.decoded
+            if decoded.version != version:  # tried first on an older base
+                decoded = replace(decoded, version=version)
+            return base.apply(decoded)
         except CorruptLog as exc:
             raise _refused(version, exc) from None
 
@@ -267,7 +270,7 @@ class Committer:
             while True:
                 attempt += 1
                 if turns is not None:
-                    base = self._take_turn(turns, base, footprint)
+                    base = self._take_turn(turns, base, footprint, pacing)
                 try:
                     version = base.version + 1
                     commit = draft.on(base)
@@ -307,8 +310,8 @@ class Committer:
                 ):
                     break
         finally:
-            if turns is not None:
-                turns.close()
+            if turns is not None:  # still taken if catching up in the turn raised
+                turns.give_back()
         raise RetriesExhausted(
             f"gave up after {attempt} attempts to commit",
             winning_version=base.version,
@@ -316,7 +319,7 @@ class Committer:
         )
 
     def _take_turn(
-        self, turns: Turns, base: DatabaseState, footprint: TxFootprint
+        self, turns: Turns, base: DatabaseState, footprint: TxFootprint, pacing: Pacing
     ) -> DatabaseState:
         """Wait for our turn (catching up with the log first), then catch up to the latest.
 
@@ -327,7 +330,6 @@ class Committer:
         turn it cannot take at once, so a stopped holder does not cost each
         commit a second.
         """
-        pacing = pacing_of(self.log)
         if not turns.try_take():
             base = self.rebase_onto(base, self.log.read_forward(base.version + 1), footprint)
             if not pacing.turns_stalled():
