@@ -26,6 +26,7 @@ from mere.errors import (
     VersionNotFound,
 )
 from mere.log.actions import (
+    ARROW_INLINE_FORMAT_VERSION,
     BASE_FORMAT_VERSION,
     INLINE_FORMAT_VERSION,
     Action,
@@ -181,10 +182,10 @@ class Database:
 
     def _create(self, properties: dict[str, str]) -> None:
         now = int(time.time() * 1000)
-        # A first export or tag moves the database to format 2, turning inlining on to 3.
+        # A first export or tag moves the database to format 2, turning inlining on to 4.
         inlining = inline_limit(properties) > 0
         actions: list[Action] = [
-            Protocol(INLINE_FORMAT_VERSION if inlining else BASE_FORMAT_VERSION),
+            Protocol(ARROW_INLINE_FORMAT_VERSION if inlining else BASE_FORMAT_VERSION),
             DatabaseMeta(uuid.uuid4().hex, properties, now),
         ]
         # Losing this race means another client created the database at the same time: fine.

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import mere
+from mere.log.inlined import decode_inlined
 from mere.storage import LocalStore, ObjectStore, open_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cloud"))
@@ -171,12 +171,11 @@ class DataFiles:
         for add in table.files:
             key = (table.id, add.path)
             if key not in self._rows:
-                data = (
-                    pa.BufferReader(add.inline)  # an inlined file (docs/format.md §2.5)
-                    if add.inline is not None
-                    else self.store.open_input(f"tables/{table.id}/{add.path}")
-                )
-                self._rows[key] = pq.read_table(data).to_pylist()
+                if add.inline is not None:  # an inlined file (docs/format.md §2.5)
+                    decoded = decode_inlined(add.inline)
+                else:
+                    decoded = pq.read_table(self.store.open_input(f"tables/{table.id}/{add.path}"))
+                self._rows[key] = decoded.to_pylist()
             rows.extend(self._rows[key])
         return rows
 

@@ -1,4 +1,4 @@
-"""Inlined data files (docs/format.md §2.5): small writes carry their Parquet bytes in the log."""
+"""Inlined data files (docs/format.md §2.5): small writes carry their bytes in the log."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 import mere
 from mere.errors import CorruptLog, FormatVersionError, InvalidArgument
-from mere.log import actions
+from mere.log import actions, checkpoint
 from mere.log.keys import commit_key
 from mere.maintain import inline as inline_module
 from mere.maintain.inline import flush_inlined, inlined_bytes
@@ -42,7 +42,7 @@ def inlining(db: mere.Database) -> mere.Database:
     return db
 
 
-def test_turning_inlining_on_moves_the_database_to_format_3_in_the_same_commit(
+def test_turning_inlining_on_moves_the_database_to_format_4_in_the_same_commit(
     db: mere.Database,
 ) -> None:
     db.create_table("t", SCHEMA)
@@ -50,9 +50,9 @@ def test_turning_inlining_on_moves_the_database_to_format_3_in_the_same_commit(
     assert db.latest_state().protocol.format_version == 1
     version = db.set_properties({"inlineLimit": "65536"})
     lines = commit_lines(db, version)
-    assert lines[1] == {"protocol": {"formatVersion": 3}}
-    assert db.latest_state().protocol.format_version == 3
-    db.set_properties({"inlineLimit": "1000"})  # already at 3: no second protocol action
+    assert lines[1] == {"protocol": {"formatVersion": 4}}
+    assert db.latest_state().protocol.format_version == 4
+    db.set_properties({"inlineLimit": "1000"})  # already at 4: no second protocol action
     assert not any("protocol" in line for line in commit_lines(db, db.version))
 
 
@@ -64,7 +64,7 @@ def test_a_small_append_is_one_commit_and_no_data_object(inlining: mere.Database
     (add,) = [line["add"] for line in commit_lines(db, db.version) if "add" in line]
     assert isinstance(add, dict)
     data = base64.b64decode(add["inline"])
-    assert len(data) == add["size"] and data[:4] == b"PAR1"
+    assert len(data) == add["size"] and data[:4] == b"\xff\xff\xff\xff"  # an Arrow stream
     assert rows(db) == [(1, "a"), (2, None)]
     fresh = mere.connect(db.store, create=False)
     assert rows(fresh) == [(1, "a"), (2, None)]
@@ -129,7 +129,7 @@ def test_restore_and_export_carry_inlined_files(inlining: mere.Database, tmp_pat
     result = db.export(tmp_path / "copy")
     copy = mere.connect(tmp_path / "copy", create=False)
     assert rows(copy) == [(1, "a")]
-    assert copy.latest_state().protocol.format_version == 3
+    assert copy.latest_state().protocol.format_version == 4
     assert result.files == 1
     assert not os.path.exists(tmp_path / "copy" / "tables")  # nothing to copy: all inlined
 
@@ -193,7 +193,21 @@ def test_a_reader_of_format_2_refuses_an_inlining_database(
     db = inlining
     db.table("t").append([{"id": 1, "s": "a"}])
     monkeypatch.setattr(actions, "FORMAT_VERSION", 2)
-    with pytest.raises(FormatVersionError, match="format version 3"):
+    with pytest.raises(FormatVersionError, match="format version 4"):
+        mere.connect(db.store, create=False).table("t").scan()
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_a_reader_of_format_3_refuses_a_database_inlining_arrow_streams(
+    inlining: mere.Database, monkeypatch: pytest.MonkeyPatch, checkpointed: bool
+) -> None:
+    db = inlining
+    db.table("t").append([{"id": 1, "s": "a"}])
+    if checkpointed:
+        db.checkpoint()
+    monkeypatch.setattr(actions, "FORMAT_VERSION", 3)
+    monkeypatch.setattr(checkpoint, "FORMAT_VERSION", 3)
+    with pytest.raises(FormatVersionError, match="format version 4"):
         mere.connect(db.store, create=False).table("t").scan()
 
 
@@ -235,6 +249,7 @@ def _info(db: mere.Database) -> dict[str, object]:
         ({"inline": "not base64!"}, "not base64"),
         ({"size": 3}, "differ|holds 4 bytes"),
         ({"path": "file:///elsewhere/x.parquet"}, "absolute"),
+        ({"inline": base64.b64encode(b"junk").decode()}, "neither a Parquet file nor an Arrow"),
     ],
 )
 def test_a_malformed_inlined_add_is_a_corrupt_log(
@@ -251,6 +266,52 @@ def test_an_inlined_add_below_format_3_is_a_corrupt_log(db: mere.Database) -> No
     _write_commit(db, [_info(db), _inlined_add(db, b"PAR1")])
     with pytest.raises(CorruptLog, match="needs format version 3"):
         mere.connect(db.store, create=False).snapshot()
+
+
+def test_an_arrow_stream_inlined_below_format_4_is_a_corrupt_log(db: mere.Database) -> None:
+    db.create_table("t", SCHEMA)
+    _write_commit(db, [_info(db), {"protocol": {"formatVersion": 3}}])
+    _write_commit(db, [_info(db), _inlined_add(db, b"\xff\xff\xff\xff\x00\x00\x00\x00")])
+    with pytest.raises(CorruptLog, match="needs format version 4"):
+        mere.connect(db.store, create=False).snapshot()
+
+
+def test_a_database_at_format_3_inlines_parquet_until_the_limit_is_set_again(
+    db: mere.Database,
+) -> None:
+    """A database that turned inlining on under format 3 keeps inlining Parquet
+    (its readers may be older); setting the limit again moves it to format 4,
+    and both kinds of inlined file read, checkpoint, flush and compact alike."""
+    db.create_table("t", SCHEMA)
+    _write_commit(db, [_info(db), {"protocol": {"formatVersion": 3}}])
+    state = db.latest_state()
+    assert state.database is not None
+    database = {"id": state.database.id, "createdTime": state.database.created_time}
+    _write_commit(
+        db, [_info(db), {"database": {**database, "properties": {"inlineLimit": "65536"}}}]
+    )
+    db = mere.connect(db.store, create=False)
+    db.table("t").append([{"id": 1, "s": "a"}])
+    assert inlined_kinds(db) == [b"PAR1"]
+    db.set_properties({"inlineLimit": "4096"})
+    assert db.latest_state().protocol.format_version == 4
+    db.table("t").append([{"id": 2, "s": "b"}, {"id": 3, "s": None}])
+    assert inlined_kinds(db) == [b"PAR1", b"\xff\xff\xff\xff"]
+    db.checkpoint()
+    fresh = mere.connect(db.store, create=False)
+    assert rows(fresh) == [(1, "a"), (2, "b"), (3, None)]
+    assert rows(fresh, filter="s >= 'b'") == [(2, "b")]
+    assert fresh.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 3}]
+    assert flush_inlined(fresh, bound=0) is not None
+    assert rows(fresh) == [(1, "a"), (2, "b"), (3, None)] and inlined_kinds(fresh) == []
+    assert len(objects(fresh)) == 1
+
+
+def inlined_kinds(db: mere.Database) -> list[bytes]:
+    """The first four bytes of each inlined file of table t, oldest first."""
+    files = db.latest_state().table_by_name("t").files.values()  # type: ignore[union-attr]
+    ordered = sorted(files, key=lambda a: a.modification_time)
+    return [a.inline[:4] for a in ordered if a.inline is not None]
 
 
 def test_compaction_turns_inlined_files_into_a_stored_one(inlining: mere.Database) -> None:
@@ -290,9 +351,9 @@ def test_describe_counts_inlined_files(inlining: mere.Database) -> None:
     assert again["inlined_bytes"] == info["inlined_bytes"] < again["size_bytes"]
 
 
-def test_a_database_created_with_inline_limit_starts_at_format_3(db_uri: str) -> None:
+def test_a_database_created_with_inline_limit_starts_at_format_4(db_uri: str) -> None:
     db = mere.connect(db_uri, inline_limit=65536)
-    assert db.latest_state().protocol.format_version == 3
+    assert db.latest_state().protocol.format_version == 4
     assert db.properties["inlineLimit"] == "65536"
     db.create_table("t", SCHEMA)
     db.table("t").append([{"id": 1, "s": "a"}])

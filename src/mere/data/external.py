@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from mere.errors import DataFileMissing, ObjectNotFound
 from mere.log.actions import AddFile, TableMeta, external_location, is_external_path
+from mere.log.inlined import inlined_as_parquet
 from mere.storage import ObjectStore, open_store
 
 _STORES: dict[str, ObjectStore] = {}
@@ -67,7 +68,7 @@ def open_data_file(store: ObjectStore, table: TableMeta, add: AddFile) -> pa.Nat
         DataFileMissing: the file does not exist (vacuum deleted it).
     """
     if add.inline is not None:
-        return pa.BufferReader(add.inline)
+        return pa.BufferReader(inlined_as_parquet(add.inline))
     holder, key = data_file_location(store, table, add)
     try:
         return holder.open_input(key)

@@ -25,6 +25,7 @@ from mere.data.external import data_file_name, open_data_file
 from mere.data.values import from_text
 from mere.errors import CorruptDataFile, DataFileError
 from mere.log.actions import AddFile, TableMeta
+from mere.log.inlined import decode_inlined
 from mere.schema import physical_name
 from mere.storage.base import ObjectStore
 
@@ -280,7 +281,7 @@ def decoded_inline(table: TableMeta, add: AddFile) -> pa.Table:
     """Every column of an inlined data file, as stored (physical names, file types).
 
     Raises:
-        CorruptDataFile: the bytes are not a Parquet file.
+        CorruptDataFile: the bytes are neither a Parquet file nor an Arrow IPC stream.
     """
     assert add.inline is not None
     global _inlined_bytes
@@ -291,7 +292,7 @@ def decoded_inline(table: TableMeta, add: AddFile) -> pa.Table:
             _inlined.move_to_end(key)
             return found[0]
     with parquet_errors(table, add):
-        decoded = pq.ParquetFile(pa.BufferReader(add.inline)).read(use_threads=False)
+        decoded = decode_inlined(add.inline)
     with _inlined_lock:
         if key not in _inlined:
             _inlined[key] = (decoded, len(add.inline))

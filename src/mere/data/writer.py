@@ -37,6 +37,7 @@ import pyarrow.types as pat
 from mere.data.values import MAX_STAT_STRING, partition_text, stat_to_json
 from mere.errors import InvalidKey, MereError, ObjectNotFound, StorageError
 from mere.log.actions import AddFile, TableMeta
+from mere.log.inlined import encode_arrow_stream
 from mere.names import escape_partition_value
 from mere.schema import data_columns, has_statistics, physical_name
 from mere.storage.base import ObjectStore
@@ -90,6 +91,7 @@ class _Encoded:
     buffer: pa.Buffer
     rows: int
     stats: dict[str, Any]
+    arrow_stream: bool = False  # an Arrow IPC stream to inline, never stored as an object
 
 
 _Key = tuple[str | None, ...]
@@ -103,6 +105,9 @@ class DataFileWriter:
     every file written, as add actions. Nothing is visible until a commit
     references them. A file of at most ``inline_limit`` bytes is not uploaded:
     its add carries the bytes, to be inlined in the commit (docs/format.md §2.5).
+    With ``inline_arrow`` (a database at format version 4), a file whose rows
+    were all still buffered when it closed is inlined as an Arrow IPC stream,
+    if that fits the limit, instead of being encoded as Parquet.
     """
 
     def __init__(
@@ -112,11 +117,13 @@ class DataFileWriter:
         *,
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
         inline_limit: int = 0,
+        inline_arrow: bool = False,
     ) -> None:
         self.store = store
         self.table = table
         self.target_file_size = target_file_size
         self.inline_limit = inline_limit
+        self.inline_arrow = inline_arrow and inline_limit > 0
         self.file_schema = _file_schema(
             table.schema,
             tuple(table.partition_columns),
@@ -256,13 +263,31 @@ class DataFileWriter:
                 encoded.extend(_finish_file(files.pop(key)))
 
     def _close(self, key: _Key) -> None:
-        self._upload(_finish_file(self._open.pop(key)))
+        f = self._open.pop(key)
+        inlined = self._as_arrow_stream(f) if self.inline_arrow else None
+        self._upload([inlined] if inlined is not None else _finish_file(f))
+
+    def _as_arrow_stream(self, f: _OpenFile) -> _Encoded | None:
+        """``f``'s rows as an Arrow IPC stream to inline, or None: some are already
+        encoded as Parquet, or the stream would pass the inline limit."""
+        if f.writer is not None or f.rows == 0 or f.pending_bytes > self.inline_limit:
+            return None
+        rows = f.pending[0] if len(f.pending) == 1 else pa.concat_tables(f.pending)
+        rows = pa.Table.from_arrays(rows.columns, schema=f.schema)
+        buffer = encode_arrow_stream(rows)
+        if buffer.size > self.inline_limit:
+            return None
+        _text_bounds(f.stats, rows)
+        return _Encoded(
+            f.partition_values, buffer, f.rows, _stats_json(f.rows, f.stats), arrow_stream=True
+        )
 
     def _upload(self, encoded: list[_Encoded]) -> None:
         """Upload closed files, in order, and record them as add actions."""
         for e in encoded:
             path = new_data_file_path(e.partition_values)
-            inline = e.buffer.to_pybytes() if e.buffer.size <= self.inline_limit else None
+            small = e.arrow_stream or e.buffer.size <= self.inline_limit
+            inline = e.buffer.to_pybytes() if small else None
             if inline is None:
                 upload(self.store, self.table.prefix + path, e.buffer)
             self.written.append(
@@ -321,6 +346,24 @@ def _finish_file(f: _OpenFile) -> list[_Encoded]:
     f.writer.close()
     _footer_string_bounds(f.writer.writer.metadata, f.stats)
     return [_Encoded(f.partition_values, f.sink.getvalue(), f.rows, _stats_json(f.rows, f.stats))]
+
+
+def _text_bounds(stats: dict[str, _ColumnStats], rows: pa.Table) -> None:
+    """Set the min/max of string columns left to the Parquet footer from ``rows``
+    themselves (a file inlined as an Arrow stream has no footer). Arrow orders
+    strings byte-wise, as the footer does; a bound too long to record leaves
+    the column without bounds."""
+    for name, s in stats.items():
+        if not (s.from_footer and s.exact):
+            continue
+        bounds = pc.min_max(rows.column(name))
+        lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+        if lo is None or hi is None:
+            continue
+        if len(lo) > MAX_STAT_STRING or len(hi) > MAX_STAT_STRING:
+            s.exact = False
+        else:
+            s.min, s.max = (lo, lo), (hi, hi)
 
 
 def _footer_string_bounds(metadata: pq.FileMetaData, stats: dict[str, _ColumnStats]) -> None:

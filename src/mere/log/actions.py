@@ -23,11 +23,12 @@ from typing import Any
 import pyarrow as pa
 
 from mere.errors import CorruptLog, FormatVersionError
+from mere.log.inlined import inline_kind_error
 from mere.schema import schema_from_json, schema_to_json
 from mere.storage.base import check_key
 
 #: The newest format version this mere reads and writes (docs/format.md §2.2).
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: The format version a new database starts at: it moves to a newer one only
 #: when it first uses what needs it, so older readers keep reading the rest.
 BASE_FORMAT_VERSION = 1
@@ -35,6 +36,8 @@ BASE_FORMAT_VERSION = 1
 EXPORTS_FORMAT_VERSION = 2
 #: Inlined data files (an ``add`` carrying its Parquet bytes, §2.5) need this.
 INLINE_FORMAT_VERSION = 3
+#: Inlined data files carried as Arrow IPC streams (§2.5) need this.
+ARROW_INLINE_FORMAT_VERSION = 4
 #: What an ``export`` action's ``mode`` may be; the last three keep files from vacuum.
 EXPORT_MODES = ("full", "partial", "minimal", "tag")
 ISOLATION_LEVELS = ("snapshot", "write_serializable", "serializable")
@@ -498,7 +501,7 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
 
 
 def _inline(body: dict[str, Any], size: int) -> bytes | None:
-    """An add's inlined Parquet bytes (standard base64 of exactly ``size`` bytes), if any."""
+    """An add's inlined bytes (standard base64 of exactly ``size`` bytes), if any."""
     if "inline" not in body:
         return None  # the usual case, on every add decoded
     text = _get(body, "inline", str, optional=True)
@@ -510,6 +513,9 @@ def _inline(body: dict[str, Any], size: int) -> bytes | None:
         raise _Bad(f"inline data is not base64: {exc}") from None
     if len(data) != size:
         raise _Bad(f"inline data holds {len(data)} bytes, the add says size {size}")
+    wrong = inline_kind_error(data)
+    if wrong is not None:
+        raise _Bad(wrong)
     return data
 
 

@@ -59,6 +59,7 @@ from mere.log.columns import (
     adds_to_columns,
     json_rows_to_columns,
 )
+from mere.log.inlined import ARROW_STREAM_MAGIC, PARQUET_MAGIC
 from mere.log.keys import LOG_PREFIX, checkpoint_part_key, parse_checkpoint_part_key
 from mere.storage.base import MAX_KEY_LENGTH, ObjectStore
 
@@ -280,10 +281,15 @@ def check_file_columns(table_id: str, table: pa.Table, *, paths: bool = True) ->
 
 
 def check_inline(table: pa.Table) -> None:
-    """Inlined bytes are binary and as long as their file's size (raises _Bad)."""
+    """Inlined bytes are binary, as long as their file's size, and start as a
+    Parquet file or an Arrow IPC stream does (raises _Bad)."""
     inline = table.column(INLINE)
     if not pa.types.is_binary(inline.type):
         raise _Bad(f"column 'inline' has type {inline.type}, not binary")
+    starts = pc.binary_slice(inline.drop_null(), 0, 4)
+    magic = pa.array([PARQUET_MAGIC, ARROW_STREAM_MAGIC], pa.binary())
+    if not pc.all(pc.is_in(starts, value_set=magic)).as_py():
+        raise _Bad("an inlined file's bytes are neither a Parquet file nor an Arrow IPC stream")
     if SIZE in table.column_names:
         lengths = pc.cast(pc.binary_length(inline), pa.int64())
         if pc.any(pc.not_equal(lengths, table.column(SIZE))).as_py():

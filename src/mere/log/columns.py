@@ -11,7 +11,7 @@ The columns of a table (its :class:`FileLayout`):
 
 * ``path`` (string, never null), ``size``, ``rows``, ``modification_time``
   (int64, never null), ``data_change`` (bool; null reads as true), ``inline``
-  (binary: the Parquet bytes of an inlined file, null for a file stored as an object);
+  (binary: the bytes of an inlined file, null for a file stored as an object);
 * ``partition:<column>`` (string): the canonical text of each partition column
   (§6), null for NULL;
 * ``num_records`` (int64): ``stats.numRecords``;

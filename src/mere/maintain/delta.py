@@ -48,6 +48,7 @@ from mere.errors import (
     ObjectNotFound,
 )
 from mere.log.actions import AddFile, TableMeta
+from mere.log.inlined import inlined_as_parquet
 from mere.maintain.common import DataFileMissing
 from mere.maintain.progress import progress
 from mere.schema import physical_name
@@ -416,7 +417,7 @@ def _write_file(
     """Copy (or rewrite in Delta's names and types) one data file; (add, size, rewritten)."""
     key = data_file_name(meta, add)
     if add.inline is not None:  # its bytes are in the log: written as a file of its own
-        stored_key, data = meta.prefix + add.path, add.inline
+        stored_key, data = meta.prefix + add.path, inlined_as_parquet(add.inline)
     else:
         holder, stored_key = data_file_location(db.store, meta, add)  # an export's: its source's
         data = _get(holder, stored_key, meta, key)

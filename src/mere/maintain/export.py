@@ -354,7 +354,8 @@ def _create_target(
         properties[EXTERNAL_FILES_PROPERTY] = "true"
         fmt = EXPORTS_FORMAT_VERSION
     if inline_limit(properties) or any(add.inline is not None for _, add in copied):
-        fmt = INLINE_FORMAT_VERSION  # the target inlines as its source did
+        # The target inlines as its source did (as Parquet, or from format 4 as Arrow).
+        fmt = max(INLINE_FORMAT_VERSION, state.protocol.format_version)
     adds = [replace(add, path=_relative_path(meta, add)) for meta, add in copied]
     adds += [replace(add, path=_absolute_path(db.store, meta, add)) for meta, add in shared]
     actions: list[Action] = [

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from mere.errors import CorruptLog
 from mere.log.actions import (
+    ARROW_INLINE_FORMAT_VERSION,
     EXPORTS_FORMAT_VERSION,
     INLINE_FORMAT_VERSION,
     Action,
@@ -36,6 +37,7 @@ from mere.log.actions import (
 )
 from mere.log.checkpoint import CheckpointData, has_external_paths
 from mere.log.columns import PATH, ROWS, SIZE, FileLayout
+from mere.log.inlined import is_arrow_stream
 from mere.log.keys import checkpoint_key, commit_key
 from mere.names import name_key
 from mere.snapshot.files import LiveFiles, PartsSource, Reload, TableSource, check_paths_of
@@ -271,7 +273,7 @@ def _apply(
     for key, a in entries:
         if isinstance(a, AddFile):
             if a.inline is not None:
-                _check_inline(key, protocol, a.path)
+                _check_inline(key, protocol, a.path, a.inline)
             elif is_external_path(a.path):
                 _check_external(key, protocol, database, a.path)
             batch(a.table_id, key).add(a)
@@ -364,12 +366,11 @@ def _check_external(key: str, protocol: Protocol, database: DatabaseMeta | None,
         )
 
 
-def _check_inline(key: str, protocol: Protocol, path: str) -> None:
-    """Inlined data needs format version 3 and a relative path (§2.5)."""
-    if protocol.format_version < INLINE_FORMAT_VERSION:
-        raise CorruptLog(
-            key, f"inlined data file {path!r} needs format version {INLINE_FORMAT_VERSION}"
-        )
+def _check_inline(key: str, protocol: Protocol, path: str, data: bytes) -> None:
+    """Inlined data needs format version 3 (4 as an Arrow stream) and a relative path (§2.5)."""
+    needs = ARROW_INLINE_FORMAT_VERSION if is_arrow_stream(data) else INLINE_FORMAT_VERSION
+    if protocol.format_version < needs:
+        raise CorruptLog(key, f"inlined data file {path!r} needs format version {needs}")
     if is_external_path(path):
         raise CorruptLog(key, f"inlined data file {path!r} has an absolute path")
 

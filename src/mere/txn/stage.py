@@ -46,6 +46,7 @@ from mere.errors import (
     TableNotFound,
 )
 from mere.log.actions import (
+    ARROW_INLINE_FORMAT_VERSION,
     INLINE_FORMAT_VERSION,
     Action,
     AddFile,
@@ -169,6 +170,7 @@ class Stage:
             if read_state.protocol.format_version >= INLINE_FORMAT_VERSION
             else 0
         )
+        self.inline_arrow = read_state.protocol.format_version >= ARROW_INLINE_FORMAT_VERSION
         self.reads = TxFootprint(isolation)  # reads only; writes are derived from the stage
         self._tables: dict[str, TableStage] = {}
         self._app_txns: dict[str, AppTxn] = {}
@@ -345,6 +347,7 @@ class Stage:
                 meta,
                 target_file_size=self.target_file_size,
                 inline_limit=self.inline_limit,
+                inline_arrow=self.inline_arrow,
             )
             frame.writers[table_id] = writer
             if columns:
@@ -799,9 +802,9 @@ class Stage:
             actions.append(replace(database, properties=self._database_properties))
             if (
                 inline_limit(self._database_properties)
-                and self.read_state.protocol.format_version < INLINE_FORMAT_VERSION
+                and self.read_state.protocol.format_version < ARROW_INLINE_FORMAT_VERSION
             ):
-                actions.insert(0, Protocol(INLINE_FORMAT_VERSION))  # turning inlining on
+                actions.insert(0, Protocol(ARROW_INLINE_FORMAT_VERSION))  # turning inlining on
         return actions
 
     def footprint(self) -> TxFootprint:

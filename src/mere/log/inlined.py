@@ -1,0 +1,69 @@
+"""The bytes of an inlined data file (docs/format.md §2.5): Parquet or an Arrow IPC stream.
+
+From format version 4 a writer inlines a small file as an Arrow IPC stream:
+encoding one costs a tenth of a Parquet file's fixed cost (about 10 us
+against 90 us for a one-row commit) and decoding one a twentieth, which is
+most of what a small commit spends on its data. The two kinds are told apart
+by their first bytes: a Parquet file starts with ``PAR1``, an IPC stream
+with the continuation marker ``FF FF FF FF``.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+PARQUET_MAGIC = b"PAR1"
+ARROW_STREAM_MAGIC = b"\xff\xff\xff\xff"
+
+
+def is_arrow_stream(data: bytes) -> bool:
+    """Whether inlined bytes are an Arrow IPC stream (else they should be Parquet)."""
+    return data[:4] == ARROW_STREAM_MAGIC
+
+
+def inline_kind_error(data: bytes) -> str | None:
+    """Why inlined bytes cannot be a data file by their first bytes, or None."""
+    if data[:4] in (PARQUET_MAGIC, ARROW_STREAM_MAGIC):
+        return None
+    return "inline data is neither a Parquet file nor an Arrow IPC stream"
+
+
+def encode_arrow_stream(rows: pa.Table) -> pa.Buffer:
+    """``rows`` as an uncompressed Arrow IPC stream, in their schema."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write_table(rows)
+    return sink.getvalue()
+
+
+def decode_inlined(data: bytes) -> pa.Table:
+    """Every column of inlined bytes, of either kind.
+
+    Raises:
+        pyarrow.ArrowInvalid: the bytes do not decode (callers name the file).
+    """
+    if is_arrow_stream(data):
+        rows = pa.ipc.open_stream(data).read_all()
+        rows.validate(full=True)  # IPC reading trusts offsets and lengths: damage must not
+        return rows
+    return pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+
+
+def inlined_as_parquet(data: bytes) -> bytes:
+    """Inlined bytes as a Parquet file, for whatever reads them as one (a copy out
+    of the log, a Parquet reader); Parquet bytes are returned as they are."""
+    if not is_arrow_stream(data):
+        return data
+    sink = pa.BufferOutputStream()
+    pq.write_table(decode_inlined(data), sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+__all__ = [
+    "decode_inlined",
+    "encode_arrow_stream",
+    "inline_kind_error",
+    "inlined_as_parquet",
+    "is_arrow_stream",
+]
