@@ -154,6 +154,12 @@ from decimal import Decimal  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from mere.log.inlined import (  # noqa: E402
+    arrow_stream_head,
+    decode_inlined,
+    encode_arrow_stream,
+)
+
 SMALL_TYPES: list[tuple[pa.DataType, Any]] = [
     (pa.int64(), st.integers(-(2**63), 2**63 - 1)),
     (pa.int8(), st.integers(-128, 127)),
@@ -165,6 +171,9 @@ SMALL_TYPES: list[tuple[pa.DataType, Any]] = [
     (pa.date32(), st.dates()),
     (pa.timestamp("us", tz="UTC"), st.datetimes(timezones=st.just(UTC))),
     (pa.timestamp("ms"), st.datetimes(min_value=datetime(1900, 1, 1))),
+    (pa.timestamp("us"), st.datetimes()),
+    (pa.timestamp("s", tz="UTC"), st.datetimes(timezones=st.just(UTC))),
+    (pa.date64(), st.dates()),
     (
         pa.timestamp("s", tz="Europe/Berlin"),
         st.integers(-(10**9), 10**10).map(
@@ -178,20 +187,27 @@ SMALL_TYPES: list[tuple[pa.DataType, Any]] = [
 ]
 
 
-def _file_stats(pieces: list[pa.Table], small_rows: int) -> dict[str, Any]:
-    """The statistics of the one file a writer makes of ``pieces``."""
+def _file_stats(
+    pieces: list[pa.Table], small_rows: int, inline_arrow: bool = False
+) -> dict[str, Any]:
+    """The statistics of the one file a writer makes of ``pieces`` (with
+    ``inline_arrow``: inlined as an Arrow stream, which has no footer)."""
     db = mere.connect(MemoryStore())
     db.create_table("t", pieces[0].schema)
     meta = db.begin().table("t").meta
     saved = writer.SMALL_PIECE_ROWS
     writer.SMALL_PIECE_ROWS = small_rows
+    limit = 1 << 20 if inline_arrow else 0
     try:
-        w = writer.DataFileWriter(MemoryStore(), meta)
+        w = writer.DataFileWriter(
+            MemoryStore(), meta, inline_limit=limit, inline_arrow=inline_arrow
+        )
         for piece in pieces:
             w.write(piece)
         (add,) = w.finish()
     finally:
         writer.SMALL_PIECE_ROWS = saved
+    assert (add.inline[:4] if add.inline else None) == (b"\xff" * 4 if inline_arrow else None)
     return dict(add.stats)
 
 
@@ -214,6 +230,35 @@ def test_small_piece_statistics_equal_the_kernels(pieces: list[pa.Table]) -> Non
     nulls, NaN (counted, never a bound; only NaN: no bounds), infinities (no
     bounds), -0.0 beside 0.0, time zones, decimals, and the types it declines."""
     assert _file_stats(pieces, small_rows=1_000) == _file_stats(pieces, small_rows=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(small_pieces())
+def test_statistics_of_a_file_inlined_as_an_arrow_stream_equal_a_parquet_files(
+    pieces: list[pa.Table],
+) -> None:
+    """A file inlined as an Arrow stream has no footer: its string bounds come
+    from its rows, and every statistic is the Parquet file's, small pieces or not."""
+    parquet = _file_stats(pieces, small_rows=0)
+    assert _file_stats(pieces, small_rows=0, inline_arrow=True) == parquet
+    assert _file_stats(pieces, small_rows=1_000, inline_arrow=True) == parquet
+
+
+def test_an_arrow_stream_is_the_stream_writers_bytes() -> None:
+    """``encode_arrow_stream`` (a schema message kept per table, then each batch)
+    writes what pyarrow's stream writer writes; a dictionary column goes through
+    the writer itself."""
+    table = pa.table({"i": [1, None, 3], "s": ["a", "é", None]})
+    rows = pa.concat_tables([table, table.slice(1)])  # two chunks: two batches
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as w:
+        w.write_table(rows)
+    head = arrow_stream_head(rows.schema)
+    assert head is not None
+    assert encode_arrow_stream(rows, head).to_pybytes() == sink.getvalue().to_pybytes()
+    coded = pa.table({"d": pa.array(["x", "y", "x"]).dictionary_encode()})
+    assert arrow_stream_head(coded.schema) is None
+    assert decode_inlined(encode_arrow_stream(coded).to_pybytes()).equals(coded)
 
 
 def test_small_piece_statistics_of_a_one_row_commit() -> None:

@@ -10,7 +10,9 @@ the canonical text for dates, timestamps and decimals.
 
 from __future__ import annotations
 
+import datetime
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -30,6 +32,34 @@ def to_text(value: pa.Scalar) -> str | None:
     if pat.is_string(value.type) or pat.is_large_string(value.type):
         return str(value.as_py())
     return str(pc.cast(value, pa.string()).as_py())
+
+
+#: ``datetime.isoformat``'s ``timespec`` that writes a timestamp unit's digits.
+_TIMESPECS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
+
+
+def python_text(type_: pa.DataType) -> Callable[[Any], str] | None:
+    """The canonical text of ``type_``'s Python values, computed in Python, or None.
+
+    The same text as Arrow's cast (``to_text``) without a kernel call, which
+    costs more than a small commit's whole statistics otherwise: for dates,
+    and for second, millisecond and microsecond timestamps without a time
+    zone or in UTC. Other types (decimals, other zones, nanoseconds) get None.
+    """
+    if pat.is_date(type_):
+        return _date_text
+    if not pat.is_timestamp(type_) or type_.unit not in _TIMESPECS:
+        return None
+    timespec = _TIMESPECS[type_.unit]
+    if type_.tz is None:
+        return lambda value: str(value.isoformat(" ", timespec))
+    if type_.tz == "UTC":
+        return lambda value: value.replace(tzinfo=None).isoformat(" ", timespec) + "Z"
+    return None
+
+
+def _date_text(value: datetime.date) -> str:
+    return value.isoformat()
 
 
 def partition_text(value: pa.Scalar, column: str) -> str | None:

@@ -24,7 +24,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,12 +34,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
-from mere.data.values import MAX_STAT_STRING, partition_text, stat_to_json
+from mere.data.values import MAX_STAT_STRING, partition_text, python_text, stat_to_json
 from mere.errors import InvalidKey, MereError, ObjectNotFound, StorageError
 from mere.log.actions import AddFile, TableMeta
-from mere.log.inlined import encode_arrow_stream
+from mere.log.inlined import arrow_stream_head, encode_arrow_stream
 from mere.names import escape_partition_value
-from mere.schema import data_columns, has_statistics, physical_name
+from mere.schema import data_columns, has_statistics
 from mere.storage.base import ObjectStore
 
 log = logging.getLogger("mere")
@@ -124,23 +124,18 @@ class DataFileWriter:
         self.target_file_size = target_file_size
         self.inline_limit = inline_limit
         self.inline_arrow = inline_arrow and inline_limit > 0
-        self.file_schema = _file_schema(
-            table.schema,
-            tuple(table.partition_columns),
-            tuple(physical_name(f) for f in table.schema),
-        )
-        self._logical = [f.name for f in table.schema if f.name not in table.partition_columns]
-        # Whether rows already have the file's columns, under the file's names.
-        self._as_stored = self._logical == self.file_schema.names == table.schema.names
+        self._layout = _layout_of(table)
+        self.file_schema = self._layout.file_schema
         self._open: dict[tuple[str | None, ...], _OpenFile] = {}
         self.written: list[AddFile] = []
 
     def write(self, data: pa.Table) -> None:
         if data.num_rows == 0:
             return
+        layout = self._layout
         for values, part in self._split(data):
-            if not (self._as_stored and part.column_names == self._logical):
-                part = part.select(self._logical).rename_columns(self.file_schema.names)
+            if not (layout.as_stored and part.column_names == layout.logical):
+                part = part.select(layout.logical).rename_columns(self.file_schema.names)
             self._append(values, part)
 
     def finish(self) -> list[AddFile]:
@@ -253,7 +248,7 @@ class DataFileWriter:
                 stats={name: _ColumnStats() for name in self.file_schema.names},
             )
             files[key] = f
-        _update_stats(f.stats, piece)
+        _update_stats(f.stats, piece, self._layout.small_stats)
         f.pending.append(piece)
         f.pending_bytes += _arrow_bytes(piece)
         f.rows += piece.num_rows
@@ -273,8 +268,10 @@ class DataFileWriter:
         if f.writer is not None or f.rows == 0 or f.pending_bytes > self.inline_limit:
             return None
         rows = f.pending[0] if len(f.pending) == 1 else pa.concat_tables(f.pending)
-        rows = pa.Table.from_arrays(rows.columns, schema=f.schema)
-        buffer = encode_arrow_stream(rows)
+        head = self._layout.stream_head
+        if head is None:  # the stream writer takes the file's schema from the rows
+            rows = pa.Table.from_arrays(rows.columns, schema=f.schema)
+        buffer = encode_arrow_stream(rows, head)
         if buffer.size > self.inline_limit:
             return None
         _text_bounds(f.stats, rows)
@@ -467,13 +464,68 @@ def footer_statistics_columns(schema: pa.Schema) -> list[str]:
     return out
 
 
-@functools.lru_cache(maxsize=128)
-def _file_schema(
-    schema: pa.Schema, partition_by: tuple[str, ...], physical: tuple[str, ...]
-) -> pa.Schema:
-    """``data_columns``, cached. ``physical`` (the columns' names in files) is part
-    of the key because schemas compare equal whatever their fields' metadata."""
-    return data_columns(schema, partition_by)
+@dataclass(frozen=True)
+class _SmallStats:
+    """How a column's statistics come from a few rows' Python values (``_update_small_column``)."""
+
+    floating: bool = False
+    text: bool = False
+    temporal: bool = False
+    to_text: Callable[[Any], str] | None = None  # a temporal value's text; None: Arrow's cast
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What writing a table's rows takes from its metadata, worked out once per TableMeta."""
+
+    file_schema: pa.Schema  # the files' columns: physical names, no partition columns
+    logical: list[str]  # the table's names of those columns, in that order
+    as_stored: bool  # whether rows already have the files' columns, under the files' names
+    small_stats: tuple[_SmallStats | None, ...]  # per file column; None: compute kernels only
+    stream_head: bytes | None  # arrow_stream_head(file_schema)
+
+
+#: Layouts by ``id`` of their TableMeta, which each entry keeps alive: a state's
+#: TableMeta objects last as long as the table is unchanged, so a client that keeps
+#: committing to a table works its layout out once.
+_layouts: dict[int, tuple[TableMeta, _Layout]] = {}
+_LAYOUTS_KEPT = 256
+
+
+def _layout_of(table: TableMeta) -> _Layout:
+    found = _layouts.get(id(table))
+    if found is not None and found[0] is table:
+        return found[1]
+    file_schema = data_columns(table.schema, tuple(table.partition_columns))
+    logical = [f.name for f in table.schema if f.name not in table.partition_columns]
+    layout = _Layout(
+        file_schema,
+        logical,
+        logical == file_schema.names == table.schema.names,
+        tuple(_small_stats(f.type) for f in file_schema),
+        arrow_stream_head(file_schema),
+    )
+    if len(_layouts) >= _LAYOUTS_KEPT:
+        _layouts.clear()
+    _layouts[id(table)] = (table, layout)
+    return layout
+
+
+def _small_stats(t: pa.DataType) -> _SmallStats | None:
+    """How ``_update_small_column`` treats a column of type ``t``; None for the types
+    whose Python values are not exact (float16, nanosecond timestamps) or that have
+    no statistics."""
+    if pat.is_float16(t) or (pat.is_timestamp(t) and t.unit == "ns"):
+        return None
+    if pat.is_floating(t):
+        return _SmallStats(floating=True)
+    if _is_text(t):
+        return _SmallStats(text=True)
+    if pat.is_date(t) or pat.is_timestamp(t) or pat.is_decimal(t):
+        return _SmallStats(temporal=True, to_text=python_text(t))
+    if pat.is_integer(t) or pat.is_boolean(t):
+        return _SmallStats()
+    return None
 
 
 def new_data_file_path(partition_values: Mapping[str, str | None]) -> str:
@@ -488,11 +540,14 @@ def new_data_file_path(partition_values: Mapping[str, str | None]) -> str:
 SMALL_PIECE_ROWS = 16
 
 
-def _update_stats(stats: dict[str, _ColumnStats], part: pa.Table) -> None:
+def _update_stats(
+    stats: dict[str, _ColumnStats], part: pa.Table, small_stats: tuple[_SmallStats | None, ...]
+) -> None:
+    """Widen ``stats`` (the file's columns, in order) by ``part``'s rows (the same columns)."""
     small = part.num_rows <= SMALL_PIECE_ROWS
-    for name, s in stats.items():
-        col = part.column(name)
-        if not (small and _update_small_column(s, col)):
+    for i, (s, how) in enumerate(zip(stats.values(), small_stats, strict=True)):
+        col = part.column(i)
+        if not (small and how is not None and _update_small_column(s, col, how)):
             _update_column(s, col)
 
 
@@ -527,29 +582,22 @@ def _widen(s: _ColumnStats, lo_v: Any, lo: Any, hi_v: Any, hi: Any) -> None:
         s.max = (hi_v, hi)
 
 
-def _update_small_column(s: _ColumnStats, col: pa.ChunkedArray) -> bool:
+def _update_small_column(s: _ColumnStats, col: pa.ChunkedArray, how: _SmallStats) -> bool:
     """``_update_column`` for a few rows, from Python values: False if it cannot.
 
     The results are the same as the kernels': min/max of the non-null values,
     NaN left out of them (values that are all NaN leave the file without
     bounds, as a NaN bound would), the first of equal
     values kept (``-0.0`` and ``0.0``), and no bounds once one is infinite.
-    It declines the types whose Python values are not exact (float16,
-    nanosecond timestamps) or that have no statistics, before changing ``s``.
+    It declines values beyond Python's dates before changing ``s``.
     """
-    t = col.type
-    floating = pat.is_floating(t)
-    temporal = pat.is_date(t) or pat.is_timestamp(t) or pat.is_decimal(t)
-    if not (floating or temporal or pat.is_integer(t) or pat.is_boolean(t) or _is_text(t)):
-        return False
-    if pat.is_float16(t) or (pat.is_timestamp(t) and t.unit == "ns"):
-        return False
     try:
         values = col.to_pylist()
     except (OverflowError, ValueError):  # beyond Python's dates: the kernels decide
         return False
     s.nulls += col.null_count
-    present = [v for v in values if v is not None]
+    present = [v for v in values if v is not None] if col.null_count else values
+    floating = how.floating
     if floating:
         numbers = [v for v in present if v == v]
         s.nans = (s.nans or 0) + len(present) - len(numbers)
@@ -559,7 +607,7 @@ def _update_small_column(s: _ColumnStats, col: pa.ChunkedArray) -> bool:
     if not s.exact or not present:
         return True
     lo_v, hi_v = min(present), max(present)
-    if _is_text(t):
+    if how.text:
         # Python orders ``str`` as Parquet orders UTF-8; a bound too long to record
         # is also one the footer would leave out (it keeps bounds up to 4 KiB).
         if len(lo_v) > MAX_STAT_STRING or len(hi_v) > MAX_STAT_STRING:
@@ -567,12 +615,16 @@ def _update_small_column(s: _ColumnStats, col: pa.ChunkedArray) -> bool:
         else:
             _widen(s, lo_v, lo_v, hi_v, hi_v)
         return True
+    lo: Any
+    hi: Any
     if floating:
         if not (math.isfinite(lo_v) and math.isfinite(hi_v)):
             s.exact = False
             return True
         lo, hi = float(lo_v), float(hi_v)
-    elif temporal:
+    elif how.temporal and how.to_text is not None:
+        lo, hi = how.to_text(lo_v), how.to_text(hi_v)
+    elif how.temporal:
         texts = pc.cast(col, pa.string()).to_pylist()  # the canonical text (values.to_text)
         lo, hi = texts[values.index(lo_v)], texts[values.index(hi_v)]
     else:

@@ -29,12 +29,36 @@ def inline_kind_error(data: bytes) -> str | None:
     return "inline data is neither a Parquet file nor an Arrow IPC stream"
 
 
-def encode_arrow_stream(rows: pa.Table) -> pa.Buffer:
-    """``rows`` as an uncompressed Arrow IPC stream, in their schema."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema) as writer:
-        writer.write_table(rows)
-    return sink.getvalue()
+#: The end-of-stream marker an Arrow IPC stream ends with.
+ARROW_STREAM_END = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+def arrow_stream_head(schema: pa.Schema) -> bytes | None:
+    """The schema message an Arrow stream of ``schema`` starts with, to encode many
+    streams of it with ``encode_arrow_stream``; None when its record batches would
+    need dictionary messages too (the stream writer then does it all)."""
+    if "dictionary<" in str(schema):
+        return None
+    return bytes(schema.serialize())
+
+
+def encode_arrow_stream(rows: pa.Table, head: bytes | None = None) -> pa.Buffer:
+    """``rows`` as an uncompressed Arrow IPC stream.
+
+    ``head``: ``arrow_stream_head`` of ``rows.schema`` (None: worked out here). The
+    stream is the same bytes pyarrow's stream writer writes, at a third of its
+    cost for a few rows.
+    """
+    if head is None:
+        head = arrow_stream_head(rows.schema)
+    if head is None:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, rows.schema) as writer:
+            writer.write_table(rows)
+        return sink.getvalue()
+    return pa.py_buffer(
+        b"".join([head, *(b.serialize() for b in rows.to_batches()), ARROW_STREAM_END])
+    )
 
 
 def decode_inlined(data: bytes) -> pa.Table:
@@ -61,6 +85,7 @@ def inlined_as_parquet(data: bytes) -> bytes:
 
 
 __all__ = [
+    "arrow_stream_head",
     "decode_inlined",
     "encode_arrow_stream",
     "inline_kind_error",
