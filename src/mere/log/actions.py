@@ -296,13 +296,14 @@ def action_to_json(action: Action | CommitInfo) -> dict[str, Any]:
     raise TypeError(f"not an action: {action!r}")
 
 
+#: One encoder for every line (``json.dumps`` with options builds one per call).
+_LINE_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def encode_commit(info: CommitInfo, actions: list[Action] | tuple[Action, ...]) -> bytes:
     """Serialize a commit: commitInfo first, then the actions, one JSON object a line."""
     lines = [action_to_json(info)] + [action_to_json(a) for a in actions]
-    return "".join(
-        json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
-        for obj in lines
-    ).encode()
+    return "".join(_LINE_ENCODER.encode(obj) + "\n" for obj in lines).encode()
 
 
 # --- decoding -------------------------------------------------------------------
