@@ -62,7 +62,7 @@ OBJECT_SIZE = 1024
 PHASES: list[tuple[str, list[tuple[object, str]]]] = [
     ("discover latest version", [(Log, "latest_version")]),
     ("append: validate rows, stats, buffer", [(TxTable, "append")]),
-    ("data file: Parquet encode + put_if_absent", [(DataFileWriter, "finish")]),
+    ("data file: encode (+ put_if_absent unless inlined)", [(DataFileWriter, "finish")]),
     ("log: encode commit", [(_committer, "encode_commit"), (_transaction, "encode_commit")]),
     ("log: decode commit (validation)", [(_committer, "decode_commit")]),
     ("state: apply commit", [(DatabaseState, "apply")]),
@@ -165,7 +165,9 @@ def run_side_by_side(workdir: Path, commits: int, block: int, interval: int) -> 
     return out
 
 
-def run_instrumented(target: str | ObjectStore, commits: int, interval: int) -> dict[str, Any]:
+def run_instrumented(
+    target: str | ObjectStore, commits: int, interval: int, inline: bool = False
+) -> dict[str, Any]:
     """Commit again through a timing store and phase timers; per-commit averages."""
     if isinstance(target, str):
         inner: ObjectStore = LocalStore(target)
@@ -173,7 +175,7 @@ def run_instrumented(target: str | ObjectStore, commits: int, interval: int) -> 
         inner = target
     counted = FaultyStore(inner)  # no faults: its ``calls`` counter counts requests
     timing = TimingStore(counted)
-    db = new_db(timing, interval)
+    db = new_db(timing, interval, inline=inline)
     timing.reset()
     base_calls = dict(counted.calls)
 
@@ -260,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     split = run_instrumented(str(workdir / "split"), args.commits, args.checkpoint_interval)
     print("instrumented run (MemoryStore, no I/O) ...", flush=True)
     memory = run_instrumented(MemoryStore("bench"), args.commits, args.checkpoint_interval)
+    print("instrumented run (MemoryStore, no I/O, inlined) ...", flush=True)
+    memory_inlined = run_instrumented(
+        MemoryStore("bench-inlined"), args.commits, args.checkpoint_interval, inline=True
+    )
     shutil.rmtree(workdir, ignore_errors=True)
 
     commits_per_second = side.pop("_commits_per_second")
@@ -282,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratio mere append p50 / raw fsync p50:         {mere_p50 / fsync_p50:.2f}")
     print(
         f"MemoryStore (no I/O) append: p50 {memory['p50_ms']:.3f} ms, "
-        f"mean {memory['mean_ms']:.3f} ms"
+        f"mean {memory['mean_ms']:.3f} ms; inlined: p50 {memory_inlined['p50_ms']:.3f} ms, "
+        f"mean {memory_inlined['mean_ms']:.3f} ms"
     )
     print()
     print(f"Where a commit's time goes (LocalStore, mean {split['mean_ms']:.3f} ms/commit)")
@@ -322,8 +329,10 @@ def main(argv: list[str] | None = None) -> int:
             "commits_per_second": commits_per_second,
             "ratio_append_p50_to_put_p50": mere_p50 / put_p50,
             "ratio_append_p50_to_fsync_p50": mere_p50 / fsync_p50,
+            "ratio_inlined_p50_to_put_p50": inlined_p50 / put_p50,
             "split_local": split,
             "split_memory": memory,
+            "split_memory_inlined": memory_inlined,
         },
         args.output,
     )
