@@ -147,6 +147,85 @@ def test_a_commit_catches_up_inside_its_turn_instead_of_losing_a_race(
     assert db.table("a").scan().num_rows == 1 and db.table("b").scan().num_rows == 1
 
 
+def _commit_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The commit files the store is asked for from now on."""
+    reads: list[str] = []
+    get = LocalStore.get
+
+    def counting(self: LocalStore, key: str) -> bytes:
+        if key.endswith(".json"):
+            reads.append(key)
+        return get(self, key)
+
+    monkeypatch.setattr(LocalStore, "get", counting)
+    return reads
+
+
+def test_a_writer_in_a_loop_puts_without_reading_forward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder notes the version it committed in the turns file; the next
+    holder whose state is at that version has nothing to read forward."""
+    db = mere.connect(str(tmp_path / "db"))
+    db.create_table("t", KV)
+    db.table("t").append([{"k": 0}])
+    reads = _commit_reads(monkeypatch)
+    for k in range(1, 6):
+        db.table("t").append([{"k": k}])
+    assert reads == []
+    store = db.log.store
+    assert isinstance(store, LocalStore)
+    noted = (Path(store.root) / "_log" / TURNS_FILE).read_bytes()
+    assert int.from_bytes(noted, "little", signed=True) == db.version
+    # Another client's commit in its turn: read forward once, then not again.
+    theirs = mere.connect(str(tmp_path / "db"), create=False).table("t").append([{"k": 6}])
+    reads.clear()  # the other client's own reads
+    assert db.table("t").append([{"k": 7}]) == theirs + 1
+    assert reads == [f"_log/{v:020d}.json" for v in (theirs, theirs + 1)]
+    db.table("t").append([{"k": 8}])
+    assert len(reads) == 2
+    assert sorted(r["k"] for r in db.table("t").scan().to_pylist()) == list(range(9))
+
+
+def test_a_commit_made_without_turns_costs_the_next_holder_one_lost_race(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The note knows nothing of a writer that does not take turns: the holder
+    trusting it loses the race to that writer's version, reads it back and
+    commits after it."""
+    db = mere.connect(str(tmp_path / "db"))
+    db.create_table("t", KV)
+    db.table("t").append([{"k": 0}])
+    racer = mere.connect(LocalStore(tmp_path / "db", turns=False), create=False)
+    theirs = racer.table("t").append([{"k": 1}])
+    outcomes: list[PutOutcome] = []
+    put_commit = Log.put_commit
+
+    def counting(self: Log, version: int, data: bytes, commit_id: str) -> PutOutcome:
+        outcomes.append(put_commit(self, version, data, commit_id))
+        return outcomes[-1]
+
+    monkeypatch.setattr(Log, "put_commit", counting)
+    assert db.table("t").append([{"k": 2}]) == theirs + 1
+    assert outcomes == [PutOutcome.LOST, PutOutcome.WON]
+    assert sorted(r["k"] for r in db.table("t").scan().to_pylist()) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("content", [b"", b"\x01\x02", b"\xff" * 8])
+def test_a_missing_or_foreign_note_means_reading_forward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes
+) -> None:
+    db = mere.connect(str(tmp_path / "db"))
+    db.create_table("t", KV)
+    store = db.log.store
+    assert isinstance(store, LocalStore)
+    (Path(store.root) / "_log" / TURNS_FILE).write_bytes(content)
+    reads = _commit_reads(monkeypatch)
+    version = db.table("t").append([{"k": 1}])
+    assert reads == [f"_log/{version:020d}.json"]  # the version it then put
+    assert db.table("t").scan().num_rows == 1
+
+
 def test_a_store_without_turns_races(tmp_path: Path) -> None:
     assert LocalStore(tmp_path, turns=False).turns("_log/") is None
     assert MemoryStore().turns("_log/") is None

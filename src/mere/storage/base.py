@@ -78,6 +78,24 @@ class Turns(abc.ABC):
     def try_take(self) -> bool:
         """Take the turn if no other writer holds it; never waits."""
 
+    def note(self, version: int) -> None:
+        """Record, while holding the turn, the version its put just created.
+
+        Advisory, like the turns themselves: a store that cannot keep it
+        records nothing (then ``last_noted`` says None).
+        """
+        return None
+
+    def last_noted(self) -> int | None:
+        """The version the latest holder noted, if known (read while holding the turn).
+
+        A writer whose state is at that version has seen every commit made
+        in a turn, so it may put the next version without reading forward:
+        a writer that commits without turns can still have put it, which
+        costs a lost race, never a wrong commit.
+        """
+        return None
+
     @abc.abstractmethod
     def give_back(self) -> None:
         """Give the turn back (a no-op unless taken).

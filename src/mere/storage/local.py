@@ -87,6 +87,8 @@ class _FileTurns(Turns):
 
     Each thread has a handle of its own (its own open file), so threads of
     one process queue too; the file stays open for the thread's next commit.
+    Its first 8 bytes hold the version the latest holder noted (a
+    little-endian signed integer; shorter: none yet).
     """
 
     def __init__(self, directory: str) -> None:
@@ -116,6 +118,21 @@ class _FileTurns(Turns):
             return False
         self.held = True
         return True
+
+    def note(self, version: int) -> None:
+        if not self.held:
+            return
+        try:  # no fsync: a note lost in a crash only costs the next writer a lost race
+            os.pwrite(self._fd, version.to_bytes(8, "little", signed=True), 0)
+        except OSError:
+            pass
+
+    def last_noted(self) -> int | None:
+        try:
+            data = os.pread(self._fd, 8, 0)
+        except OSError:
+            return None
+        return int.from_bytes(data, "little", signed=True) if len(data) == 8 else None
 
     def give_back(self) -> None:
         """Give the turn back, then make the names created during it durable.

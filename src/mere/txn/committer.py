@@ -281,6 +281,8 @@ class Committer:
                     else:
                         pacing.caught_up(put_at - lost_at)
                     outcome = self.log.put_commit(version, commit.data, commit_id)
+                    if turns is not None and outcome is PutOutcome.WON:
+                        turns.note(version)
                 finally:
                     if turns is not None:
                         _give_back(turns, version, commit_id)
@@ -330,17 +332,20 @@ class Committer:
         turn it cannot take at once, so a stopped holder does not cost each
         commit a second.
         """
-        if not turns.try_take():
+        held = turns.try_take()
+        if not held:
             base = self.rebase_onto(base, self.log.read_forward(base.version + 1), footprint)
             if not pacing.turns_stalled():
                 deadline = time.monotonic() + TURN_PATIENCE_SECONDS
                 poll = TURN_POLL_SECONDS
-                while not turns.try_take():
+                while not (held := turns.try_take()):
                     if time.monotonic() >= deadline:
                         pacing.stalled_turn()
                         break
                     time.sleep(poll)
                     poll = min(2 * poll, TURN_POLL_MAX_SECONDS)
+        if held and turns.last_noted() == base.version:
+            return base  # no commit was made in a turn since base (Turns.last_noted)
         return self.rebase_onto(base, self.log.read_forward(base.version + 1), footprint)
 
     def rebase(self, base: DatabaseState, latest: int, footprint: TxFootprint) -> DatabaseState:
