@@ -130,9 +130,8 @@ def _one_behind(target: Any) -> tuple[mere.Database, mere.Transaction, int]:
     return db, tx, theirs
 
 
-def test_a_commit_catches_up_inside_its_turn_instead_of_losing_a_race(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _put_outcomes(monkeypatch: pytest.MonkeyPatch) -> list[PutOutcome]:
+    """The outcomes of the commit puts made from now on."""
     outcomes: list[PutOutcome] = []
     put_commit = Log.put_commit
 
@@ -141,6 +140,13 @@ def test_a_commit_catches_up_inside_its_turn_instead_of_losing_a_race(
         return outcomes[-1]
 
     monkeypatch.setattr(Log, "put_commit", counting)
+    return outcomes
+
+
+def test_a_commit_catches_up_inside_its_turn_instead_of_losing_a_race(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outcomes = _put_outcomes(monkeypatch)
     db, tx, theirs = _one_behind(str(tmp_path / "db"))
     assert tx.commit() == theirs + 1
     assert PutOutcome.LOST not in outcomes
@@ -198,14 +204,7 @@ def test_a_commit_made_without_turns_costs_the_next_holder_one_lost_race(
     db.table("t").append([{"k": 0}])
     racer = mere.connect(LocalStore(tmp_path / "db", turns=False), create=False)
     theirs = racer.table("t").append([{"k": 1}])
-    outcomes: list[PutOutcome] = []
-    put_commit = Log.put_commit
-
-    def counting(self: Log, version: int, data: bytes, commit_id: str) -> PutOutcome:
-        outcomes.append(put_commit(self, version, data, commit_id))
-        return outcomes[-1]
-
-    monkeypatch.setattr(Log, "put_commit", counting)
+    outcomes = _put_outcomes(monkeypatch)
     assert db.table("t").append([{"k": 2}]) == theirs + 1
     assert outcomes == [PutOutcome.LOST, PutOutcome.WON]
     assert sorted(r["k"] for r in db.table("t").scan().to_pylist()) == [0, 1, 2]
