@@ -168,6 +168,7 @@ SMALL_TYPES: list[tuple[pa.DataType, Any]] = [
     (pa.float64(), st.floats(allow_nan=True, allow_infinity=True)),
     (pa.float32(), st.sampled_from([0.0, -0.0, 1.5, -2.25, math.nan, math.inf, 3.0e38])),
     (pa.string(), st.text(max_size=5)),
+    (pa.string(), st.text(min_size=250, max_size=260)),  # about MAX_STAT_STRING
     (pa.date32(), st.dates()),
     (pa.timestamp("us", tz="UTC"), st.datetimes(timezones=st.just(UTC))),
     (pa.timestamp("ms"), st.datetimes(min_value=datetime(1900, 1, 1))),
@@ -242,6 +243,26 @@ def test_statistics_of_a_file_inlined_as_an_arrow_stream_equal_a_parquet_files(
     parquet = _file_stats(pieces, small_rows=0)
     assert _file_stats(pieces, small_rows=0, inline_arrow=True) == parquet
     assert _file_stats(pieces, small_rows=1_000, inline_arrow=True) == parquet
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        pa.table({"c": pa.array([1], pa.int32())}),  # a narrower type
+        pa.table({"c": pa.array([b"1"], pa.binary())}),  # another type altogether
+    ],
+)
+def test_rows_not_of_the_file_schema_are_refused_as_parquet_refuses_them(rows: pa.Table) -> None:
+    """The Arrow stream path checks the rows' schema as the Parquet writer does
+    (writers conform rows first: this is the guard, not the usual path)."""
+    db = mere.connect(MemoryStore())
+    db.create_table("t", pa.schema([("c", pa.int64())]))
+    meta = db.begin().table("t").meta
+    for arrow in (False, True):
+        w = writer.DataFileWriter(MemoryStore(), meta, inline_limit=1 << 20, inline_arrow=arrow)
+        w.write(rows)
+        with pytest.raises(ValueError, match="schema does not match"):
+            w.finish()
 
 
 def test_an_arrow_stream_is_the_stream_writers_bytes() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 import mere
+from mere.data import reader
 from mere.errors import CorruptLog, FormatVersionError, InvalidArgument
 from mere.log import actions, checkpoint
 from mere.log.keys import commit_key
@@ -293,6 +295,8 @@ def test_a_database_at_format_3_inlines_parquet_until_the_limit_is_set_again(
     db = mere.connect(db.store, create=False)
     db.table("t").append([{"id": 1, "s": "a"}])
     assert inlined_kinds(db) == [b"PAR1"]
+    db.set_properties({"checkpointInterval": "50"})  # another property: still format 3
+    assert db.latest_state().protocol.format_version == 3
     db.set_properties({"inlineLimit": "4096"})
     assert db.latest_state().protocol.format_version == 4
     db.table("t").append([{"id": 2, "s": "b"}, {"id": 3, "s": None}])
@@ -312,6 +316,33 @@ def inlined_kinds(db: mere.Database) -> list[bytes]:
     files = db.latest_state().table_by_name("t").files.values()  # type: ignore[union-attr]
     ordered = sorted(files, key=lambda a: a.modification_time)
     return [a.inline[:4] for a in ordered if a.inline is not None]
+
+
+def test_a_damaged_arrow_stream_reads_as_a_corrupt_data_file(inlining: mere.Database) -> None:
+    """Bytes that start as an Arrow stream but do not decode name the file, however
+    pyarrow fails on them: it raises more than ArrowInvalid for a damaged stream
+    (text that is not UTF-8, an unknown dictionary, an unsupported type)."""
+    db = inlining
+    db.table("t").append([{"id": 1, "s": "ab"}])
+    (good,) = list(db.latest_state().table_by_name("t").files.values())  # type: ignore[union-attr]
+    assert good.inline is not None
+    meta = db.latest_state().table_by_name("t").meta  # type: ignore[union-attr]
+    damaged: dict[type, bytes] = {}  # one single-byte change per kind of failure
+    for i in range(8, len(good.inline)):
+        for bit in (0x01, 0x10, 0x80):
+            data = bytearray(good.inline)
+            data[i] ^= bit
+            try:
+                pa.ipc.open_stream(bytes(data)).read_all().validate(full=True)
+            except Exception as exc:
+                damaged.setdefault(type(exc), bytes(data))
+    assert len(set(damaged) - {pa.ArrowInvalid, OSError}) >= 2, damaged
+    for data in damaged.values():
+        with pytest.raises(mere.CorruptDataFile, match=good.path):
+            reader.decoded_inline(meta, replace(good, inline=data, size=len(data)))
+    _write_commit(db, [_info(db), _inlined_add(db, next(iter(damaged.values())))])
+    with pytest.raises(mere.CorruptDataFile, match="part-0123456789abcdef"):
+        mere.connect(db.store, create=False).table("t").scan()
 
 
 def test_compaction_turns_inlined_files_into_a_stored_one(inlining: mere.Database) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from maintain_helpers import read_delta
 from test_maintain_export import WIDE, as_strings, delta_rows, wide_rows
 
@@ -71,3 +72,24 @@ def test_inlined_files_in_delta_types_are_copied_as_they_are(tmp_path: Path) -> 
     assert sorted(p.name for p in (tmp_path / "delta").rglob("*.parquet")) == sorted(
         Path(f.path).name for f in db.snapshot().table("t").files
     )
+
+
+def test_an_inlined_arrow_stream_becomes_a_parquet_file_without_float_bounds(
+    tmp_path: Path,
+) -> None:
+    """Parquet's float min/max leave NaN out, and Delta's readers skip by them: the
+    file an Arrow stream becomes has footer bounds for every column but floats."""
+    db = mere.connect(tmp_path / "src", inline_limit=65536)
+    db.create_table("t", pa.schema([("id", pa.int64()), ("x", pa.float64())]))
+    db.table("t").append([{"id": 1, "x": 1.0}, {"id": 2, "x": float("nan")}])
+    (add,) = db.snapshot().table("t").files
+    assert add.inline is not None and add.inline[:4] == b"\xff" * 4
+    db.table("t").export_delta(tmp_path / "delta")
+    (data_file,) = (tmp_path / "delta").glob("*.parquet")
+    group = pq.ParquetFile(data_file).metadata.row_group(0)
+    bounds = {group.column(i).path_in_schema: group.column(i).statistics for i in range(2)}
+    assert bounds["id"] is not None and bounds["id"].has_min_max
+    assert bounds["x"] is None or not bounds["x"].has_min_max
+    theirs = read_delta(tmp_path / "delta")[str(tmp_path / "delta")]
+    assert theirs["files"] == 1
+    assert delta_rows(theirs) == as_strings(db.table("t").scan())

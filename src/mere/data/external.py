@@ -15,9 +15,9 @@ import threading
 
 import pyarrow as pa
 
+from mere.data.writer import inlined_as_parquet
 from mere.errors import DataFileMissing, ObjectNotFound
 from mere.log.actions import AddFile, TableMeta, external_location, is_external_path
-from mere.log.inlined import inlined_as_parquet
 from mere.storage import ObjectStore, open_store
 
 _STORES: dict[str, ObjectStore] = {}

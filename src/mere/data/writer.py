@@ -37,7 +37,12 @@ import pyarrow.types as pat
 from mere.data.values import MAX_STAT_STRING, partition_text, python_text, stat_to_json
 from mere.errors import InvalidKey, MereError, ObjectNotFound, StorageError
 from mere.log.actions import AddFile, TableMeta
-from mere.log.inlined import arrow_stream_head, encode_arrow_stream
+from mere.log.inlined import (
+    arrow_stream_head,
+    decode_inlined,
+    encode_arrow_stream,
+    is_arrow_stream,
+)
 from mere.names import escape_partition_value
 from mere.schema import data_columns, has_statistics
 from mere.storage.base import ObjectStore
@@ -268,6 +273,8 @@ class DataFileWriter:
         if f.writer is not None or f.rows == 0 or f.pending_bytes > self.inline_limit:
             return None
         rows = f.pending[0] if len(f.pending) == 1 else pa.concat_tables(f.pending)
+        if not rows.schema.equals(f.schema):
+            return None  # the Parquet writer refuses such rows, naming the difference
         head = self._layout.stream_head
         if head is None:  # the stream writer takes the file's schema from the rows
             rows = pa.Table.from_arrays(rows.columns, schema=f.schema)
@@ -441,6 +448,23 @@ def _parquet_paths(schema: pa.Schema) -> list[tuple[str, str]]:
     return [(p, p if p in flat else "") for p in paths]
 
 
+def inlined_as_parquet(data: bytes) -> bytes:
+    """Inlined bytes as a Parquet data file, for whatever reads them as one (a copy
+    out of the log, a Parquet reader): Parquet bytes as they are, an Arrow stream
+    encoded with a data file's footer statistics (``footer_statistics_columns``)."""
+    if not is_arrow_stream(data):
+        return data
+    rows = decode_inlined(data)
+    sink = pa.BufferOutputStream()
+    pq.write_table(
+        rows,
+        sink,
+        compression=COMPRESSION,
+        write_statistics=footer_statistics_columns(rows.schema),
+    )
+    return sink.getvalue().to_pybytes()
+
+
 @functools.lru_cache(maxsize=128)
 def footer_statistics_columns(schema: pa.Schema) -> list[str]:
     """The Parquet column paths whose footer statistics a data file may carry.
@@ -608,12 +632,9 @@ def _update_small_column(s: _ColumnStats, col: pa.ChunkedArray, how: _SmallStats
         return True
     lo_v, hi_v = min(present), max(present)
     if how.text:
-        # Python orders ``str`` as Parquet orders UTF-8; a bound too long to record
-        # is also one the footer would leave out (it keeps bounds up to 4 KiB).
-        if len(lo_v) > MAX_STAT_STRING or len(hi_v) > MAX_STAT_STRING:
-            s.exact = False
-        else:
-            _widen(s, lo_v, lo_v, hi_v, hi_v)
+        # Python orders ``str`` as Parquet orders UTF-8. A value too long to be a
+        # bound may still lie between the file's bounds: _stats_json decides.
+        _widen(s, lo_v, lo_v, hi_v, hi_v)
         return True
     lo: Any
     hi: Any
@@ -638,8 +659,12 @@ def _is_text(t: pa.DataType) -> bool:
 
 
 def _stats_json(rows: int, stats: dict[str, _ColumnStats]) -> dict[str, Any]:
-    mins = {n: s.min[1] for n, s in stats.items() if s.exact and s.min is not None}
-    maxs = {n: s.max[1] for n, s in stats.items() if s.exact and s.max is not None}
+    bounded = {n: s for n, s in stats.items() if s.exact and s.min is not None}
+    for n, s in list(bounded.items()):
+        if s.max is None or _too_long(s.min[1]) or _too_long(s.max[1]):
+            del bounded[n]  # a string bound too long to record, as the footer's would be
+    mins = {n: s.min[1] for n, s in bounded.items()}
+    maxs = {n: s.max[1] for n, s in bounded.items()}
     out: dict[str, Any] = {
         "numRecords": rows,
         "minValues": mins,
@@ -650,6 +675,10 @@ def _stats_json(rows: int, stats: dict[str, _ColumnStats]) -> dict[str, Any]:
     if nans:
         out["nanCount"] = nans
     return out
+
+
+def _too_long(bound: Any) -> bool:
+    return isinstance(bound, str) and len(bound) > MAX_STAT_STRING
 
 
 UPLOAD_ATTEMPTS = 3

@@ -5,7 +5,8 @@ encoding one costs a tenth of a Parquet file's fixed cost (about 10 us
 against 90 us for a one-row commit) and decoding one a twentieth, which is
 most of what a small commit spends on its data. The two kinds are told apart
 by their first bytes: a Parquet file starts with ``PAR1``, an IPC stream
-with the continuation marker ``FF FF FF FF``.
+with the continuation marker ``FF FF FF FF``. (Writing an inlined file out as
+a Parquet data file is ``mere.data.writer.inlined_as_parquet``.)
 """
 
 from __future__ import annotations
@@ -67,21 +68,16 @@ def decode_inlined(data: bytes) -> pa.Table:
     Raises:
         pyarrow.ArrowInvalid: the bytes do not decode (callers name the file).
     """
-    if is_arrow_stream(data):
+    if not is_arrow_stream(data):
+        return pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+    try:
         rows = pa.ipc.open_stream(data).read_all()
         rows.validate(full=True)  # IPC reading trusts offsets and lengths: damage must not
-        return rows
-    return pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
-
-
-def inlined_as_parquet(data: bytes) -> bytes:
-    """Inlined bytes as a Parquet file, for whatever reads them as one (a copy out
-    of the log, a Parquet reader); Parquet bytes are returned as they are."""
-    if not is_arrow_stream(data):
-        return data
-    sink = pa.BufferOutputStream()
-    pq.write_table(decode_inlined(data), sink, compression="zstd")
-    return sink.getvalue().to_pybytes()
+    except (pa.ArrowException, UnicodeDecodeError, OverflowError) as exc:
+        # Damaged streams raise more kinds than ArrowInvalid (a type id out of
+        # range, a name that is not UTF-8): all mean bytes that do not decode.
+        raise pa.ArrowInvalid(f"the inlined Arrow stream does not decode: {exc}") from exc
+    return rows
 
 
 __all__ = [
@@ -89,6 +85,5 @@ __all__ = [
     "decode_inlined",
     "encode_arrow_stream",
     "inline_kind_error",
-    "inlined_as_parquet",
     "is_arrow_stream",
 ]

@@ -42,13 +42,13 @@ import mere
 from mere.data.external import data_file_location, data_file_name
 from mere.data.reader import read_file
 from mere.data.values import from_text, stat_from_json
+from mere.data.writer import footer_statistics_columns, inlined_as_parquet
 from mere.errors import (
     AlreadyExists,
     DeltaExportError,
     ObjectNotFound,
 )
 from mere.log.actions import AddFile, TableMeta
-from mere.log.inlined import inlined_as_parquet
 from mere.maintain.common import DataFileMissing
 from mere.maintain.progress import progress
 from mere.schema import physical_name
@@ -436,7 +436,12 @@ def _write_file(
                 f"types without losing data (e.g. nanoseconds): {exc}"
             ) from None
         sink = pa.BufferOutputStream()
-        pq.write_table(pa.Table.from_arrays(arrays, schema=file_schema), sink, compression="zstd")
+        pq.write_table(
+            pa.Table.from_arrays(arrays, schema=file_schema),
+            sink,
+            compression="zstd",
+            write_statistics=footer_statistics_columns(file_schema),  # no float bounds: NaN
+        )
         data = sink.getvalue().to_pybytes()
     add = replace(add, path=stored_key[len(meta.prefix) :])  # relative in the Delta table
     try:

@@ -57,7 +57,7 @@ from mere.log.actions import (
     TableMeta,
 )
 from mere.names import check_table_name, name_key
-from mere.properties import check_database_properties, inline_limit
+from mere.properties import INLINE_LIMIT_PROPERTY, check_database_properties, inline_limit
 from mere.snapshot.scan import ScanPlan, plan_scan, scan_files
 from mere.snapshot.state import DatabaseState
 from mere.storage import ObjectStore
@@ -800,12 +800,20 @@ class Stage:
         database = self.read_state.database
         if self._database_properties is not None and database is not None:
             actions.append(replace(database, properties=self._database_properties))
-            if (
-                inline_limit(self._database_properties)
-                and self.read_state.protocol.format_version < ARROW_INLINE_FORMAT_VERSION
+            if self._sets_inline_limit(database.properties) and (
+                self.read_state.protocol.format_version < ARROW_INLINE_FORMAT_VERSION
             ):
-                actions.insert(0, Protocol(ARROW_INLINE_FORMAT_VERSION))  # turning inlining on
+                actions.insert(0, Protocol(ARROW_INLINE_FORMAT_VERSION))  # inlining Arrow streams
         return actions
+
+    def _sets_inline_limit(self, before: Mapping[str, str]) -> bool:
+        """Whether the staged properties set ``inlineLimit`` to a non-zero value anew
+        (a database already inlining under format 3 keeps it until then, §2.2)."""
+        after = self._database_properties or {}
+        return bool(inline_limit(after)) and (
+            after.get(INLINE_LIMIT_PROPERTY) != before.get(INLINE_LIMIT_PROPERTY)
+            or self.read_state.protocol.format_version < INLINE_FORMAT_VERSION
+        )
 
     def footprint(self) -> TxFootprint:
         """What this transaction read and wrote, for conflict checks against winners."""
