@@ -278,7 +278,7 @@ def test_an_arrow_stream_inlined_below_format_4_is_a_corrupt_log(db: mere.Databa
         mere.connect(db.store, create=False).snapshot()
 
 
-def test_a_database_at_format_3_inlines_parquet_until_the_limit_is_set_again(
+def test_a_database_at_format_3_inlines_parquet_until_its_limit_is_set_again(
     db: mere.Database,
 ) -> None:
     """A database that turned inlining on under format 3 keeps inlining Parquet
@@ -296,8 +296,13 @@ def test_a_database_at_format_3_inlines_parquet_until_the_limit_is_set_again(
     db.table("t").append([{"id": 1, "s": "a"}])
     assert inlined_kinds(db) == [b"PAR1"]
     db.set_properties({"checkpointInterval": "50"})  # another property: still format 3
+    with db.transaction() as tx:  # setting it in a block rolled back does not count
+        with pytest.raises(RuntimeError), tx.savepoint():
+            tx.set_database_properties({"inlineLimit": "65536"})
+            raise RuntimeError("undo the block")
+        tx.set_database_properties({"checkpointInterval": "40"})
     assert db.latest_state().protocol.format_version == 3
-    db.set_properties({"inlineLimit": "4096"})
+    db.set_properties({"inlineLimit": "65536"})  # set again, to the same value
     assert db.latest_state().protocol.format_version == 4
     db.table("t").append([{"id": 2, "s": "b"}, {"id": 3, "s": None}])
     assert inlined_kinds(db) == [b"PAR1", b"\xff\xff\xff\xff"]

@@ -807,11 +807,20 @@ class Stage:
         return actions
 
     def _sets_inline_limit(self, before: Mapping[str, str]) -> bool:
-        """Whether the staged properties set ``inlineLimit`` to a non-zero value anew
-        (a database already inlining under format 3 keeps it until then, §2.2)."""
+        """Whether this transaction sets ``inlineLimit`` to a non-zero value: names it
+        in a property change or changes its value (a database already inlining under
+        format 3 keeps inlining Parquet until then, §2.2)."""
         after = self._database_properties or {}
-        return bool(inline_limit(after)) and (
-            after.get(INLINE_LIMIT_PROPERTY) != before.get(INLINE_LIMIT_PROPERTY)
+        if not inline_limit(after):
+            return False
+        named = any(
+            op["operation"] == "SET DATABASE PROPERTIES"
+            and op.get("properties", {}).get(INLINE_LIMIT_PROPERTY) is not None
+            for op in self._operations
+        )
+        return (
+            named
+            or after.get(INLINE_LIMIT_PROPERTY) != before.get(INLINE_LIMIT_PROPERTY)
             or self.read_state.protocol.format_version < INLINE_FORMAT_VERSION
         )
 
