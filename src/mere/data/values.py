@@ -47,7 +47,7 @@ def python_text(type_: pa.DataType) -> Callable[[Any], str] | None:
     zone or in UTC. Other types (decimals, other zones, nanoseconds) get None.
     """
     if pat.is_date(type_):
-        return _date_text
+        return datetime.date.isoformat  # a date64's Python value is a date too
     if not pat.is_timestamp(type_) or type_.unit not in _TIMESPECS:
         return None
     timespec = _TIMESPECS[type_.unit]
@@ -56,10 +56,6 @@ def python_text(type_: pa.DataType) -> Callable[[Any], str] | None:
     if type_.tz == "UTC":
         return lambda value: value.replace(tzinfo=None).isoformat(" ", timespec) + "Z"
     return None
-
-
-def _date_text(value: datetime.date) -> str:
-    return value.isoformat()
 
 
 def partition_text(value: pa.Scalar, column: str) -> str | None:

@@ -355,18 +355,14 @@ def _finish_file(f: _OpenFile) -> list[_Encoded]:
 def _text_bounds(stats: dict[str, _ColumnStats], rows: pa.Table) -> None:
     """Set the min/max of string columns left to the Parquet footer from ``rows``
     themselves (a file inlined as an Arrow stream has no footer). Arrow orders
-    strings byte-wise, as the footer does; a bound too long to record leaves
-    the column without bounds."""
+    strings byte-wise, as the footer does (``_stats_json`` drops a bound too
+    long to record)."""
     for name, s in stats.items():
         if not (s.from_footer and s.exact):
             continue
         bounds = pc.min_max(rows.column(name))
         lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
-        if lo is None or hi is None:
-            continue
-        if len(lo) > MAX_STAT_STRING or len(hi) > MAX_STAT_STRING:
-            s.exact = False
-        else:
+        if lo is not None and hi is not None:
             s.min, s.max = (lo, lo), (hi, hi)
 
 
@@ -402,12 +398,8 @@ def _footer_string_bounds(metadata: pq.FileMetaData, stats: dict[str, _ColumnSta
                 lo = st.min
             if hi is None or st.max > hi:
                 hi = st.max
-        if not s.exact or lo is None or hi is None:
-            continue
-        if len(lo) > MAX_STAT_STRING or len(hi) > MAX_STAT_STRING:
-            s.exact = False
-            continue
-        s.min, s.max = (lo, lo), (hi, hi)
+        if s.exact and lo is not None and hi is not None:
+            s.min, s.max = (lo, lo), (hi, hi)  # too long to record: _stats_json drops them
 
 
 #: Rows of a file's first piece looked at to choose its dictionary-encoded columns.
@@ -452,15 +444,15 @@ def inlined_as_parquet(data: bytes) -> bytes:
     """Inlined bytes as a Parquet data file, for whatever reads them as one (a copy
     out of the log, a Parquet reader): Parquet bytes as they are, an Arrow stream
     encoded with a data file's footer statistics (``footer_statistics_columns``)."""
-    if not is_arrow_stream(data):
-        return data
-    rows = decode_inlined(data)
+    return parquet_data_file(decode_inlined(data)) if is_arrow_stream(data) else data
+
+
+def parquet_data_file(rows: pa.Table) -> bytes:
+    """``rows`` as the bytes of one Parquet data file (zstd, footer statistics for
+    every column but floating-point ones: ``footer_statistics_columns``)."""
     sink = pa.BufferOutputStream()
     pq.write_table(
-        rows,
-        sink,
-        compression=COMPRESSION,
-        write_statistics=footer_statistics_columns(rows.schema),
+        rows, sink, compression=COMPRESSION, write_statistics=footer_statistics_columns(rows.schema)
     )
     return sink.getvalue().to_pybytes()
 
@@ -659,10 +651,7 @@ def _is_text(t: pa.DataType) -> bool:
 
 
 def _stats_json(rows: int, stats: dict[str, _ColumnStats]) -> dict[str, Any]:
-    bounded = {n: s for n, s in stats.items() if s.exact and s.min is not None}
-    for n, s in list(bounded.items()):
-        if s.max is None or _too_long(s.min[1]) or _too_long(s.max[1]):
-            del bounded[n]  # a string bound too long to record, as the footer's would be
+    bounded = {n: s for n, s in stats.items() if _recordable_bounds(s)}
     mins = {n: s.min[1] for n, s in bounded.items()}
     maxs = {n: s.max[1] for n, s in bounded.items()}
     out: dict[str, Any] = {
@@ -677,8 +666,12 @@ def _stats_json(rows: int, stats: dict[str, _ColumnStats]) -> dict[str, Any]:
     return out
 
 
-def _too_long(bound: Any) -> bool:
-    return isinstance(bound, str) and len(bound) > MAX_STAT_STRING
+def _recordable_bounds(s: _ColumnStats) -> bool:
+    """Whether ``s`` has exact bounds the log records: a string bound longer than
+    ``MAX_STAT_STRING`` is not (nor would the footer keep one past 4 KiB)."""
+    if not s.exact or s.min is None or s.max is None:
+        return False
+    return not any(isinstance(b, str) and len(b) > MAX_STAT_STRING for b in (s.min[1], s.max[1]))
 
 
 UPLOAD_ATTEMPTS = 3

@@ -42,7 +42,7 @@ import mere
 from mere.data.external import data_file_location, data_file_name
 from mere.data.reader import read_file
 from mere.data.values import from_text, stat_from_json
-from mere.data.writer import footer_statistics_columns, inlined_as_parquet
+from mere.data.writer import inlined_as_parquet, parquet_data_file
 from mere.errors import (
     AlreadyExists,
     DeltaExportError,
@@ -435,14 +435,7 @@ def _write_file(
                 f"data file {key} of table {meta.name!r} cannot be converted to Delta Lake's "
                 f"types without losing data (e.g. nanoseconds): {exc}"
             ) from None
-        sink = pa.BufferOutputStream()
-        pq.write_table(
-            pa.Table.from_arrays(arrays, schema=file_schema),
-            sink,
-            compression="zstd",
-            write_statistics=footer_statistics_columns(file_schema),  # no float bounds: NaN
-        )
-        data = sink.getvalue().to_pybytes()
+        data = parquet_data_file(pa.Table.from_arrays(arrays, schema=file_schema))
     add = replace(add, path=stored_key[len(meta.prefix) :])  # relative in the Delta table
     try:
         target.put_if_absent(add.path, data)
