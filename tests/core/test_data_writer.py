@@ -280,6 +280,10 @@ def test_an_arrow_stream_is_the_stream_writers_bytes() -> None:
     coded = pa.table({"d": pa.array(["x", "y", "x"]).dictionary_encode()})
     assert arrow_stream_head(coded.schema) is None
     assert decode_inlined(encode_arrow_stream(coded).to_pybytes()).equals(coded)
+    nested = pa.table({"l": pa.ListArray.from_arrays([0, 1, 3], coded.column("d").chunk(0))})
+    assert arrow_stream_head(nested.schema) is None
+    named = pa.table({"dictionary<": ["a column named like the type"]})
+    assert arrow_stream_head(named.schema) is not None
 
 
 def test_small_piece_statistics_of_a_one_row_commit() -> None:

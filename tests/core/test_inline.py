@@ -460,3 +460,30 @@ def test_a_flush_of_unknown_outcome_keeps_the_files_it_wrote(
     with pytest.raises(mere.CommitOutcomeUnknown):
         flush_inlined(db, bound=0)
     assert len(objects(db)) == 1
+
+
+@pytest.mark.parametrize(("format_version", "needs"), [(3, 4), (2, 3)])
+def test_a_checkpoint_holding_inlined_bytes_its_format_lacks_is_a_corrupt_log(
+    inlining: mere.Database, format_version: int, needs: int
+) -> None:
+    """A checkpoint's files are held to its format version as commits are (§2.2)."""
+    db = inlining
+    db.table("t").append([{"id": 1, "s": "a"}])
+    state = db.latest_state()
+    assert any(f.inline is not None for f in db.snapshot().table("t").files)
+    older = [
+        replace(a, format_version=format_version) if isinstance(a, actions.Protocol) else a
+        for a in state.live_actions()
+    ]
+    db.log.write_checkpoint(state.version, state.timestamp, older)
+    with pytest.raises(CorruptLog, match=f"needs? format version {needs}"):
+        mere.connect(db.store, create=False).snapshot().table("t").scan()
+
+
+def test_a_format_1_checkpoint_refuses_inlined_files(inlining: mere.Database) -> None:
+    """Format 1 has no column for inlined bytes: writing one would lose them."""
+    db = inlining
+    db.table("t").append([{"id": 1, "s": "a"}])
+    state = db.latest_state()
+    with pytest.raises(ValueError, match="cannot hold the inlined data file"):
+        checkpoint.encode_checkpoint(state.version, state.timestamp, state.live_actions())

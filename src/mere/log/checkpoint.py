@@ -33,7 +33,9 @@ import pyarrow.parquet as pq
 
 from mere.errors import AlreadyExists, CorruptLog, FormatVersionError, ObjectNotFound, StorageError
 from mere.log.actions import (
+    ARROW_INLINE_FORMAT_VERSION,
     FORMAT_VERSION,
+    INLINE_FORMAT_VERSION,
     INT64_MAX,
     Action,
     AddFile,
@@ -98,6 +100,8 @@ class PartRef:
     table_id: str
     files: int
     size: int
+    #: The checkpoint's format version: which kinds of inlined bytes its files may hold.
+    format_version: int
 
 
 #: Fetches the bytes of one part (:func:`fetch_part`); raises PartMissing.
@@ -242,7 +246,7 @@ def decode_part(
     if table.num_rows != part.files:
         raise CorruptLog(part.key, f"holds {table.num_rows} files, the manifest says {part.files}")
     try:
-        check_file_columns(part.table_id, table, paths=not paths_checked)
+        check_file_columns(part.table_id, table, part.format_version, paths=not paths_checked)
     except _Bad as exc:
         raise CorruptLog(part.key, str(exc)) from None
     return table
@@ -259,12 +263,14 @@ _BAD_PATH = r"(^|/)\.{0,2}(/|$)|[\\\x00]"
 _SUSPECT_PATH = _BAD_PATH + "|://"
 
 
-def check_file_columns(table_id: str, table: pa.Table, *, paths: bool = True) -> None:
+def check_file_columns(
+    table_id: str, table: pa.Table, format_version: int, *, paths: bool = True
+) -> None:
     """Validate the core file columns present in ``table`` (raises _Bad).
 
     Paths must be keys under the table's prefix (or absolute data paths, whose
     use the state checks), sizes, row counts and modification times
-    non-negative integers.
+    non-negative integers, inlined bytes of a kind ``format_version`` allows.
     """
     for name in (SIZE, ROWS, MODIFIED):
         if name not in table.column_names:
@@ -277,19 +283,29 @@ def check_file_columns(table_id: str, table: pa.Table, *, paths: bool = True) ->
     if paths and PATH in table.column_names:
         check_paths(table_id, table.column(PATH))
     if INLINE in table.column_names and table.column(INLINE).null_count < table.num_rows:
-        check_inline(table)
+        check_inline(table, format_version)
 
 
-def check_inline(table: pa.Table) -> None:
+def check_inline(table: pa.Table, format_version: int) -> None:
     """Inlined bytes are binary, as long as their file's size, and start as a
-    Parquet file or an Arrow IPC stream does (raises _Bad)."""
+    Parquet file or an Arrow IPC stream does, each in a format version that
+    has it (raises _Bad)."""
     inline = table.column(INLINE)
     if not pa.types.is_binary(inline.type):
         raise _Bad(f"column 'inline' has type {inline.type}, not binary")
+    if format_version < INLINE_FORMAT_VERSION:
+        raise _Bad(f"inlined data files need format version {INLINE_FORMAT_VERSION}")
     starts = pc.binary_slice(inline.drop_null(), 0, 4)
     magic = pa.array([PARQUET_MAGIC, ARROW_STREAM_MAGIC], pa.binary())
     if not pc.all(pc.is_in(starts, value_set=magic)).as_py():
         raise _Bad("an inlined file's bytes are neither a Parquet file nor an Arrow IPC stream")
+    if (
+        format_version < ARROW_INLINE_FORMAT_VERSION
+        and pc.any(pc.equal(starts, pa.scalar(ARROW_STREAM_MAGIC, pa.binary()))).as_py()
+    ):
+        raise _Bad(
+            f"an inlined Arrow IPC stream needs format version {ARROW_INLINE_FORMAT_VERSION}"
+        )
     if SIZE in table.column_names:
         lengths = pc.cast(pc.binary_length(inline), pa.int64())
         if pc.any(pc.not_equal(lengths, table.column(SIZE))).as_py():
@@ -336,6 +352,10 @@ def encode_checkpoint(version: int, timestamp: int, actions: Iterable[Action]) -
         if isinstance(a, Protocol):
             fmt = a.format_version
         if isinstance(a, AddFile):
+            if a.inline is not None:
+                raise ValueError(
+                    f"a format-1 checkpoint cannot hold the inlined data file {a.path!r}"
+                )
             row: dict[str, object] = {
                 "kind": "add",
                 "table_id": a.table_id,
@@ -395,9 +415,9 @@ def decode_checkpoint(key: str, data: bytes) -> CheckpointData:
         rows = table.filter(is_file)
         checkpoint = CheckpointData(version, timestamp, actions, format=layout)
         if layout == 1:
-            checkpoint.files.update(_decode_adds(checkpoint.layouts(), rows))
+            checkpoint.files.update(_decode_adds(checkpoint.layouts(), rows, fmt))
         else:
-            checkpoint.parts.update(_decode_parts(version, checkpoint.layouts(), rows))
+            checkpoint.parts.update(_decode_parts(version, checkpoint.layouts(), rows, fmt))
     except (_Bad, ValueError, TypeError, pa.ArrowException) as exc:
         raise CorruptLog(key, str(exc)) from None
     return checkpoint
@@ -427,12 +447,14 @@ def _table_ids(rows: pa.Table, layouts: Mapping[str, FileLayout]) -> list[str]:
     return found
 
 
-def _decode_adds(layouts: Mapping[str, FileLayout], rows: pa.Table) -> dict[str, pa.Table]:
+def _decode_adds(
+    layouts: Mapping[str, FileLayout], rows: pa.Table, format_version: int
+) -> dict[str, pa.Table]:
     out: dict[str, pa.Table] = {}
     for table_id in _table_ids(rows, layouts):
         mine = rows.filter(pc.equal(rows.column("table_id"), table_id))
         core = mine.select([PATH, SIZE, ROWS, MODIFIED])
-        check_file_columns(table_id, core)
+        check_file_columns(table_id, core, format_version)
         out[table_id] = json_rows_to_columns(
             layouts[table_id],
             core,
@@ -443,7 +465,7 @@ def _decode_adds(layouts: Mapping[str, FileLayout], rows: pa.Table) -> dict[str,
 
 
 def _decode_parts(
-    version: int, layouts: Mapping[str, FileLayout], rows: pa.Table
+    version: int, layouts: Mapping[str, FileLayout], rows: pa.Table, format_version: int
 ) -> dict[str, tuple[PartRef, ...]]:
     _table_ids(rows, layouts)
     out: dict[str, list[PartRef]] = {}
@@ -455,7 +477,8 @@ def _decode_parts(
         for what, value in (("size", size), ("rows", files)):
             if not isinstance(value, int) or not 0 <= value <= INT64_MAX:
                 raise _Bad(f"part {name} has a missing or negative {what}")
-        out.setdefault(row["table_id"], []).append(PartRef(key, row["table_id"], files, size))
+        part = PartRef(key, row["table_id"], files, size, format_version)
+        out.setdefault(row["table_id"], []).append(part)
     return {table_id: tuple(parts) for table_id, parts in out.items()}
 
 
@@ -494,6 +517,7 @@ def checkpoint_parts(
     """
     actions = list(actions)
     kept: list[Action] = [a for a in actions if not isinstance(a, AddFile)]
+    fmt = next((a.format_version for a in kept if isinstance(a, Protocol)), FORMAT_VERSION)
     layouts = {a.id: FileLayout.of(a) for a in kept if isinstance(a, TableMeta)}
     sources: dict[str, list[Iterable[pa.Table]]] = {}
     for table_id, pieces in (tables or {}).items():
@@ -521,7 +545,7 @@ def checkpoint_parts(
                     store.put_if_absent(key, data)
                 except AlreadyExists:
                     pass  # a fresh name: only our own put, retried by the store, made it
-                parts.append(PartRef(key, table_id, piece.num_rows, data.size))
+                parts.append(PartRef(key, table_id, piece.num_rows, data.size, fmt))
     except BaseException:
         delete_parts(store, parts)
         raise

@@ -38,9 +38,16 @@ def arrow_stream_head(schema: pa.Schema) -> bytes | None:
     """The schema message an Arrow stream of ``schema`` starts with, to encode many
     streams of it with ``encode_arrow_stream``; None when its record batches would
     need dictionary messages too (the stream writer then does it all)."""
-    if "dictionary<" in str(schema):
+    if any(_has_dictionary(field.type) for field in schema):
         return None
     return bytes(schema.serialize())
+
+
+def _has_dictionary(data_type: pa.DataType) -> bool:
+    """Whether ``data_type`` is, or nests, a dictionary type."""
+    if pa.types.is_dictionary(data_type):
+        return True
+    return any(_has_dictionary(data_type.field(i).type) for i in range(data_type.num_fields))
 
 
 def encode_arrow_stream(rows: pa.Table, head: bytes | None = None) -> pa.Buffer:
