@@ -250,6 +250,16 @@ def test_scan_columns_filter_limit(lake: mere.Database) -> None:
     assert json_lines("scan", lake.uri, "orders", "--filter", "id > 100", "--json") == []
 
 
+def test_scan_of_a_column_named_twice_keeps_each_value_under_its_header(
+    lake: mere.Database,
+) -> None:
+    rows = json_lines("scan", lake.uri, "orders", "--columns", "id,ID,country", "--json")
+    assert by_id(rows)[0] == {"id": 1, "id_1": 1, "country": "FR"}
+    out = ok("scan", lake.uri, "orders", "--columns", "id,id,country", "--filter", "id = 1")
+    [values] = [line for line in out.splitlines() if "│" in line]
+    assert values.replace("│", " ").split() == ["1", "1", "FR"]
+
+
 def test_scan_time_travel(lake: mere.Database) -> None:
     rows = json_lines("scan", lake.uri, "orders", "--version", "2", "--json")
     assert by_id(rows) == FIRST_ROWS

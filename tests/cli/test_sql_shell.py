@@ -228,6 +228,18 @@ def test_json_prints_rows_as_json_lines_and_nothing_for_ddl(shop: Path) -> None:
     ]
 
 
+def test_columns_of_one_name_keep_their_values_in_json_and_tables(shop: Path) -> None:
+    """A JSON object cannot repeat a key: a repeated name is told apart by a suffix."""
+    query = "SELECT 1 AS a, 2 AS a, 3 AS a_1, 'x' AS b"
+    code, out, err = invoke("sql", str(shop), "--json", "-c", query)
+    assert code == 0, err
+    assert json.loads(out) == {"a": 1, "a_2": 2, "a_1": 3, "b": "x"}
+    code, out, err = invoke("sql", str(shop), "-c", query)
+    assert code == 0, err
+    [values] = [line for line in out.splitlines() if "│" in line]
+    assert values.replace("│", " ").split() == ["1", "2", "3", "x"]
+
+
 def test_human_output_shows_tables_and_tags(shop: Path) -> None:
     code, out, err = invoke(
         "sql", str(shop), "-c", "DROP TABLE IF EXISTS nothing; SELECT count(*) AS n FROM orders"

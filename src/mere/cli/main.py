@@ -49,6 +49,7 @@ from mere.cli.output import (
     console,
     emit_json,
     human_size,
+    iter_row_values,
     iter_rows,
     key_values,
     make_table,
@@ -346,11 +347,11 @@ def _scan_human(reader: pa.RecordBatchReader, limit: int, title: str) -> None:
     shown = 0
     more = False
     for batch in _batches(reader, limit):
-        for row in iter_rows(batch):
+        for values in iter_row_values(batch):
             if limit and shown >= limit:
                 more = True
                 break
-            table.add_row(*(cell(value) for value in row.values()))
+            table.add_row(*(cell(value) for value in values))
             shown += 1
     noun = "row" if shown == 1 else "rows"
     caption = (

@@ -69,11 +69,40 @@ def column_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
 
 
 def iter_rows(batch: pa.RecordBatch | pa.Table) -> Iterator[dict[str, Any]]:
-    """The rows of a batch as JSON-encodable dicts, in column order."""
-    names = batch.schema.names
+    """The rows of a batch as JSON-encodable dicts, in column order (keys: :func:`json_keys`)."""
+    names = json_keys(batch.schema.names)
+    for values in iter_row_values(batch):
+        yield dict(zip(names, values, strict=True))
+
+
+def iter_row_values(batch: pa.RecordBatch | pa.Table) -> Iterator[list[Any]]:
+    """The rows of a batch as lists of JSON-encodable values, in column order."""
     columns = [column_values(batch.column(i)) for i in range(batch.num_columns)]
     for i in range(batch.num_rows):
-        yield {name: col[i] for name, col in zip(names, columns, strict=True)}
+        yield [col[i] for col in columns]
+
+
+def json_keys(names: Sequence[str]) -> list[str]:
+    """Column names as the keys of a JSON object, which cannot repeat one.
+
+    A name seen before gets the first free suffix ``_1``, ``_2``, ... (free:
+    no column has that name), as DuckDB names a repeated column when it
+    creates a table from a query; ``SELECT 1 AS a, 2 AS a`` gives ``a``, ``a_1``.
+    """
+    taken = set(names)
+    seen: set[str] = set()
+    keys = []
+    for name in names:
+        key = name
+        if key in seen:
+            n = 1
+            while f"{name}_{n}" in taken:
+                n += 1
+            key = f"{name}_{n}"
+            taken.add(key)
+        seen.add(key)
+        keys.append(key)
+    return keys
 
 
 def emit_json(payload: Any, *, lines: bool = False) -> None:

@@ -19,6 +19,7 @@ from mere.cli.output import (
     console,
     emit_json,
     human_size,
+    iter_row_values,
     iter_rows,
     make_table,
     tables_view,
@@ -55,8 +56,8 @@ def rows_view(result: pa.Table) -> RenderableType:
     ]
     table = make_table(result.column_names, right=numeric)
     shown = result.slice(0, MAX_SHOWN_ROWS)
-    for row in iter_rows(shown):
-        table.add_row(*(cell(value) for value in row.values()))
+    for values in iter_row_values(shown):
+        table.add_row(*(cell(value) for value in values))
     total = result.num_rows
     if total > shown.num_rows:
         caption = f"(first {shown.num_rows:,} of {total:,} rows; --json prints them all)"
