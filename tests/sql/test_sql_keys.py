@@ -133,6 +133,10 @@ def test_bad_key_declarations_are_refused_and_change_nothing() -> None:
         db.sql("ALTER TABLE d ADD PRIMARY KEY (k)")
     assert db.tables() == ["d"] and db.table("d").describe()["primary_key"] in ([], None)
     assert db.version == before + 2  # the CREATE and the INSERT
+    db.sql("CREATE TABLE k (id INT PRIMARY KEY, v INT)")
+    with pytest.raises(mere.InvalidArgument, match=r"has a primary key already \(id\)"):
+        db.sql("ALTER TABLE k ADD PRIMARY KEY (v)")
+    assert db.table("k").describe()["primary_key"] == ["id"]
 
 
 @pytest.mark.parametrize(

@@ -60,6 +60,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
+from mere.constraints import primary_key
 from mere.errors import InvalidArgument, TableNotFound
 from mere.names import name_key
 from mere.sql import engine
@@ -690,6 +691,12 @@ def _alter_one(tx: Transaction, name: str, action: exp.Expression) -> None:
     elif isinstance(action, exp.AddConstraint):
         for constraint in action.expressions:
             if isinstance(constraint, exp.PrimaryKey):
+                current = primary_key(tx.table(name).meta.properties)
+                if current:  # as PostgreSQL and DuckDB: one primary key, added once
+                    raise InvalidArgument(
+                        f"ALTER TABLE {name} ADD PRIMARY KEY: the table has a primary key "
+                        f"already ({', '.join(current)})"
+                    )
                 alter.set_primary_key(_key_names(constraint))
                 continue
             if not isinstance(constraint, exp.Constraint) or not constraint.name:
