@@ -100,9 +100,10 @@ def connect(
             in the database when it is created (default 100).
         inline_limit: inline data files of at most this many bytes in their
             commits (docs/format.md §2.5; 65536 is the usual choice); stored
-            in the database when it is created (default: off). A database
-            created with it starts at format version 3; an existing one turns
-            it on with ``db.set_properties({"inlineLimit": "65536"})``.
+            in the database when it is created (default: off), not read when
+            it exists. A database created with it starts at format version 4;
+            an existing one turns it on with
+            ``db.set_properties({"inlineLimit": "65536"})``.
         max_commit_attempts: how often a commit that loses races to
             non-conflicting commits is rebased and retried; while other
             writers keep committing it goes on trying for up to 30 s past
