@@ -18,6 +18,7 @@ from mere.data.writer import DEFAULT_TARGET_FILE_SIZE
 from mere.errors import (
     ConflictError,
     ConstraintViolation,
+    CorruptLog,
     DatabaseNotFound,
     InvalidArgument,
     ObjectNotFound,
@@ -166,7 +167,10 @@ class Database:
         self._lock = threading.Lock()
         self._cached: DatabaseState | None = None
         self._known: tuple[int, float] | None = None  # (version seen committed, monotonic time)
-        latest = self.log.latest_version()
+        try:
+            latest = self.log.latest_version()
+        except CorruptLog:  # a database, damaged: each operation that meets the damage says so
+            return
         if latest is None:
             if not create:
                 raise DatabaseNotFound(

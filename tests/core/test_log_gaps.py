@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -126,3 +127,54 @@ def test_a_truncated_commit_is_still_reported_as_truncated(db: mere.Database) ->
     db.store.put_if_absent(commit_key(2), data[:-3])
     with pytest.raises(mere.CorruptLog, match="truncated: the last line has no newline"):
         _ = mere.connect(db.store, create=False).version
+
+
+@pytest.fixture
+def gapped_ahead_of_the_hint(tmp_path: Path) -> mere.Database:
+    """A local database whose commit 3 is gone, with the latest-version hint below
+    it; returns the client that made version 2 (another one made 3 to 5)."""
+    db = mere.connect(str(tmp_path / "db"))
+    db.create_table("t", pa.schema([("x", pa.int64())]))
+    db.table("t").append([{"x": 0}])
+    other = mere.connect(db.uri, create=False)
+    for i in range(1, LATEST - 1):
+        other.table("t").append([{"x": i}])
+    assert other.version == LATEST
+    db.log.write_latest_hint(GAP - 2)
+    db.store.delete(commit_key(GAP))
+    return db
+
+
+def test_discovery_does_not_stop_at_a_gap_that_commits_made_in_turns_passed(
+    gapped_ahead_of_the_hint: mere.Database,
+) -> None:
+    """Probing from a hint below the gap would take it for the end of the log; the
+    turns' note (format §8) says later versions were committed, so it is a gap."""
+    with pytest.raises(mere.CorruptLog, match=_gap_message()):
+        _ = mere.connect(gapped_ahead_of_the_hint.uri, create=False).version
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["client-below-the-gap", "new-client"])
+def test_a_writer_never_fills_a_gap(gapped_ahead_of_the_hint: mere.Database, warm: bool) -> None:
+    """Filling it would put a commit under versions made on another state: the log
+    would become unreadable from there, for good (commits are create-only)."""
+    db = gapped_ahead_of_the_hint
+    with pytest.raises(mere.CorruptLog, match=_gap_message()):
+        writer = db if warm else mere.connect(db.uri, create=False)
+        writer.table("t").append([{"x": 99}])
+    assert not db.store.exists(commit_key(GAP))
+
+
+def test_a_stale_note_is_no_gap(tmp_path: Path) -> None:
+    """A turns file whose note is beyond the log (a copy taken while writers
+    went on) makes discovery look further, not fail."""
+    db = mere.connect(str(tmp_path / "db"))
+    db.create_table("t", pa.schema([("x", pa.int64())]))
+    turns = db.store.turns("_log/")
+    assert turns is not None and turns.try_take()
+    turns.note(40)
+    turns.give_back()
+    reader = mere.connect(db.uri, create=False)
+    assert reader.version == 1
+    reader.table("t").append([{"x": 1}])
+    assert reader.version == 2

@@ -11,8 +11,9 @@ These tests pin down what mere does today with:
   -- FormatVersionError at and after it, older versions still readable;
 * a gap (a commit file missing in the middle of the log) -- versions below
   it read; at and above it CorruptLog naming the missing file as a gap in the
-  log (tests/core/test_log_gaps.py). If the hint points below the
-  gap, discovery stops there: the database looks shorter, and the next
+  log (tests/core/test_log_gaps.py). If the hint points below the gap, the
+  turns' note of a local directory still finds it; without turns (a cloud
+  store) discovery stops there: the database looks shorter, and the next
   commit *fills the gap*, after which the orphaned commits above it are part
   of the history again, on top of a base they were not written against;
 * a checkpoint that disagrees with the log -- trusted: versions at and after
@@ -171,11 +172,23 @@ def test_a_gap_makes_versions_from_it_unreadable(root: Path) -> None:
         _ = mere.connect(str(root), create=False).version
 
 
-def test_a_gap_below_the_hint_is_filled_by_the_next_commit(root: Path) -> None:
-    """Hazard: with the hint below a gap, a writer commits into it and revives what follows."""
+def test_a_gap_below_the_hint_is_met_where_writers_take_turns(root: Path) -> None:
+    """The turns' note says versions above the gap were committed (format §3)."""
     remove(root, commit_key(5))
     set_hint(root, LATEST_HINT, 2)
-    db = mere.connect(str(root), create=False)
+    with pytest.raises(mere.CorruptLog, match="a gap in the log"):
+        _ = mere.connect(str(root), create=False).version
+    with pytest.raises(mere.CorruptLog, match="a gap in the log"):
+        mere.connect(str(root), create=False).table("t").append([{"x": 99}])
+    assert not (root / commit_key(5)).exists()
+
+
+def test_a_gap_below_the_hint_is_filled_by_the_next_commit_without_turns(root: Path) -> None:
+    """Hazard: with the hint below a gap and no turns (as on a cloud store), a writer
+    commits into it and revives what follows."""
+    remove(root, commit_key(5))
+    set_hint(root, LATEST_HINT, 2)
+    db = mere.connect(LocalStore(str(root), turns=False), create=False)
     assert db.version == 4  # probing stops at the gap
     assert db.table("t").append([{"x": 99}]) == 5  # the gap is filled
     again = mere.connect(str(root), create=False)

@@ -418,7 +418,8 @@ def test_a_bad_latest_hint_is_found_and_rewritten(
 def test_a_latest_hint_below_a_gap_is_found(store: ObjectStore) -> None:
     store.delete(commit_key(5))
     set_hint(store, LATEST_HINT, b'{"version": 2}')
-    assert fresh(store).version == 4  # discovery stops at the gap: a writer would fill it
+    if store.turns("_log/") is None:  # else the turns' note finds the gap (format §3)
+        assert fresh(store).version == 4  # discovery stops at the gap: a writer would fill it
     result = fresh(store).check(repair=True)
     bad = only(result, "BAD_HINT")
     assert "below the gap at version 5" in bad.message and bad.repaired

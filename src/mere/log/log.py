@@ -108,6 +108,7 @@ class Log:
         version = start
         for _ in range(MAX_PROBES):
             if not self.store.exists(commit_key(version + 1)):
+                self.check_end(version, self.store.noted_version(LOG_PREFIX))
                 if version - start > HINT_INTERVAL and (hint is None or hint < version):
                     self.write_latest_hint(version)  # the next reader need not probe as far
                 return version
@@ -116,6 +117,26 @@ class Log:
         if latest is not None:
             self.write_latest_hint(latest)
         return latest
+
+    def check_end(self, version: int, noted: int | None) -> None:
+        """Raise the gap error if ``version + 1``, found missing, is a gap, not the end.
+
+        ``noted`` is a version the turns say was committed (:meth:`ObjectStore.noted_version`):
+        beyond ``version``, ``version + 1`` was created before it, so if it is
+        still missing, damage removed it. Taking such a gap for the end of the
+        log would hide the versions above it, and a writer would fill it with
+        a commit those versions do not build on. A note from elsewhere (a copy
+        of the database taken while writers went on) is told apart by listing
+        the log, only then.
+
+        Raises:
+            CorruptLog: a gap at ``version + 1``.
+        """
+        if noted is None or noted <= version or self.store.exists(commit_key(version + 1)):
+            return
+        error = self.missing_commit(version + 1)
+        if isinstance(error, CorruptLog) and not self.store.exists(commit_key(version + 1)):
+            raise error
 
     @staticmethod
     def hint_due(version: int) -> bool:

@@ -792,8 +792,8 @@ def _latest_hint_problem(value: int, commits: set[int], gaps: list[int], latest:
     below = [g for g in gaps if g > value]
     if below:
         return (
-            f"names version {value}, below the gap at version {below[0]}: discovery stops "
-            "there, and the next commit would fill the gap"
+            f"names version {value}, below the gap at version {below[0]}: discovery may "
+            "stop there, and without turns (a cloud store) the next commit would fill the gap"
         )
     return None
 

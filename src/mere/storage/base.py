@@ -183,6 +183,14 @@ class ObjectStore(abc.ABC):
         """
         return None
 
+    def noted_version(self, prefix: str) -> int | None:
+        """The version the latest holder of ``prefix``'s turns noted (:meth:`Turns.note`).
+
+        Read without taking a turn and without creating anything; None where
+        the store has no turns or nothing was noted yet.
+        """
+        return None
+
     def open_input(self, key: str) -> pa.NativeFile:
         """Return a seekable Arrow input file for the object (for Parquet reads).
 

@@ -129,10 +129,9 @@ class _FileTurns(Turns):
 
     def last_noted(self) -> int | None:
         try:
-            data = os.pread(self._fd, 8, 0)
+            return _noted(os.pread(self._fd, 8, 0))
         except OSError:
             return None
-        return int.from_bytes(data, "little", signed=True) if len(data) == 8 else None
 
     def give_back(self) -> None:
         """Give the turn back, then make the names created during it durable.
@@ -158,6 +157,11 @@ class _FileTurns(Turns):
                     raise StorageError(
                         f"could not make the commit durable in {self.directory!r}: {exc}"
                     ) from exc
+
+
+def _noted(data: bytes) -> int | None:
+    """The version in a turns file's first 8 bytes (:class:`_FileTurns`), or None."""
+    return int.from_bytes(data, "little", signed=True) if len(data) == 8 else None
 
 
 def _fsync_dir(path: str) -> None:
@@ -475,6 +479,21 @@ class LocalStore(ObjectStore):
                 return None
             handles[prefix] = handle
         return handle
+
+    def noted_version(self, prefix: str) -> int | None:
+        if not self._takes_turns:
+            return None
+        directory = self._path(prefix.strip("/")) if prefix.strip("/") else self.root
+        try:
+            fd = os.open(os.path.join(directory, TURNS_FILE), os.O_RDONLY | _CLOEXEC)
+        except OSError:  # no writer took a turn here yet
+            return None
+        try:
+            return _noted(os.pread(fd, 8, 0))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def temp_directory(self, prefix: str, label: str) -> str:
         """Create and return a fresh temp directory under the key prefix ``prefix``.

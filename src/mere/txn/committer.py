@@ -344,9 +344,12 @@ class Committer:
                         break
                     time.sleep(poll)
                     poll = min(2 * poll, TURN_POLL_MAX_SECONDS)
-        if held and turns.last_noted() == base.version:
+        noted = turns.last_noted() if held else None
+        if held and noted == base.version:
             return base  # no commit was made in a turn since base (Turns.last_noted)
-        return self.rebase_onto(base, self.log.read_forward(base.version + 1), footprint)
+        base = self.rebase_onto(base, self.log.read_forward(base.version + 1), footprint)
+        self.log.check_end(base.version, noted)  # never fill a gap
+        return base
 
     def rebase(self, base: DatabaseState, latest: int, footprint: TxFootprint) -> DatabaseState:
         """Check every commit after ``base`` up to ``latest`` and move onto it.
