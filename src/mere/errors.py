@@ -158,6 +158,24 @@ class CorruptDataFile(DataFileError):
         return f"data file {path} of table {table!r}{at} cannot be read as Parquet: {reason}"
 
 
+class CorruptInlinedFile(CorruptDataFile):
+    """An inlined data file's bytes (held in the log, format §2.5) do not decode."""
+
+    advice = (
+        "the log changed after mere wrote it: restore the commit or checkpoint file that "
+        "holds these bytes from a backup, or read a version that does not reference it; "
+        "`mere check` reports inlined files that do not decode"
+    )
+
+    @classmethod
+    def describe(cls, path: str, table: str, version: int | None, reason: str) -> str:
+        at = "" if version is None else f" (version {version})"
+        return (
+            f"inlined data file {path} of table {table!r}{at} (its bytes are in the log) "
+            f"does not decode: {reason}"
+        )
+
+
 class InvalidCommit(MereError):
     """A commit was refused before publication: readers would reject it."""
 

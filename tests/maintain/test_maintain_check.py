@@ -6,11 +6,13 @@ Runs on the memory and the local store (the ``db`` fixture).
 
 from __future__ import annotations
 
+import base64
 import importlib
 import json
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -523,3 +525,42 @@ def test_long_work_shows_progress(store: ObjectStore, monkeypatch: pytest.Monkey
     assert sum(shown["checking the log"][1:]) == LATEST + 1
     assert shown["checking data files"][0] == LATEST - 1
     assert sum(shown["checking data files"][1:]) == LATEST - 1
+
+
+def test_a_damaged_inlined_file_is_found(store: ObjectStore) -> None:
+    """Its bytes are in a commit: same length, one byte changed, so only decoding tells."""
+    db = fresh(store)
+    db.set_properties({"inlineLimit": "65536"})
+    version = db.table("t").append([{"x": 42}])
+    lines = [json.loads(line) for line in store.get(commit_key(version)).splitlines()]
+    [add] = [line["add"] for line in lines if "add" in line]
+    raw = bytearray(base64.b64decode(add["inline"]))
+    raw[len(raw) // 2] ^= 0xFF
+    add["inline"] = base64.b64encode(bytes(raw)).decode()
+    replace_object(
+        store, commit_key(version), "".join(json.dumps(x) + "\n" for x in lines).encode()
+    )
+    with pytest.raises(
+        mere.CorruptDataFile, match=r"inlined data file .* \(its bytes are in the log\)"
+    ):
+        xs(store)
+    bad = only(fresh(store).check(repair=True), "CORRUPT_INLINED")
+    assert bad.table == "t" and bad.key.endswith(add["path"]) and not bad.repaired
+    assert "does not decode" in bad.message and "backup" in (bad.repair or "")
+
+
+def test_files_of_an_exports_source_are_checked_where_they_are(tmp_path: Path) -> None:
+    """A minimal export's target names its source's files (format §11.6)."""
+    source = mere.connect(tmp_path / "src")
+    source.create_table("t", X)
+    source.table("t").append([{"x": 1}])
+    source.export(tmp_path / "out", mode="minimal", name="e")
+    target = mere.connect(tmp_path / "out", create=False)
+    assert target.check().clean and target.check().files_checked == 1
+    source.drop_export("e")
+    source.table("t").delete("x = 1")
+    source.vacuum(timedelta(0), force=True)
+    result = target.check(repair=True)
+    missing = only(result, "MISSING_FILE")
+    assert missing.key.startswith("file://") and missing.table == "t"
+    assert not missing.repairable and not missing.repaired

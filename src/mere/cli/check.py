@@ -34,12 +34,12 @@ def check(ctx: click.Context, uri: str, repair: bool, as_json: bool) -> None:
 
     Every commit decodes and the versions are contiguous (GAP), checkpoints
     agree with the log they summarise, every data file live at the latest
-    version exists with its recorded size, and the hints are sane. Each
-    finding is one line: KIND key: message [repair].
+    version exists with its recorded size (an inlined one decodes), and the
+    hints are sane. Each finding is one line: KIND key: message [repair].
 
     Kinds: GAP, NO_BASE, CORRUPT_COMMIT, INVALID_COMMIT, TIMESTAMP_ORDER,
     CORRUPT_CHECKPOINT, CHECKPOINT_MISMATCH, STRAY_CHECKPOINT, UNREADABLE,
-    MISSING_FILE, WRONG_SIZE, BAD_HINT.
+    MISSING_FILE, WRONG_SIZE, CORRUPT_INLINED, BAD_HINT.
 
     Exit status 0 when clean, 1 when anything was found (repaired or not).
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from mere.data.external import data_file_name, open_data_file
 from mere.data.values import from_text
-from mere.errors import CorruptDataFile, DataFileError
+from mere.errors import CorruptDataFile, CorruptInlinedFile, DataFileError
 from mere.log.actions import AddFile, TableMeta
 from mere.log.inlined import decode_inlined
 from mere.schema import physical_name
@@ -245,14 +245,15 @@ def parquet_errors(table: TableMeta, add: AddFile) -> Iterator[None]:
     raises ``ArrowInvalid``, or a plain ``OSError`` for an undecodable footer
     (subclasses of ``OSError``, such as a dropped connection, are not a damaged file).
     """
+    error = CorruptDataFile if add.inline is None else CorruptInlinedFile
     try:
         yield
     except pa.ArrowInvalid as exc:
-        raise CorruptDataFile.of(data_file_name(table, add), table.name, reason=str(exc)) from exc
+        raise error.of(data_file_name(table, add), table.name, reason=str(exc)) from exc
     except OSError as exc:
         if type(exc) is not OSError:
             raise
-        raise CorruptDataFile.of(data_file_name(table, add), table.name, reason=str(exc)) from exc
+        raise error.of(data_file_name(table, add), table.name, reason=str(exc)) from exc
 
 
 @contextmanager
@@ -281,7 +282,7 @@ def decoded_inline(table: TableMeta, add: AddFile) -> pa.Table:
     """Every column of an inlined data file, as stored (physical names, file types).
 
     Raises:
-        CorruptDataFile: the bytes are neither a Parquet file nor an Arrow IPC stream.
+        CorruptInlinedFile: the bytes are neither a Parquet file nor an Arrow IPC stream.
     """
     assert add.inline is not None
     global _inlined_bytes

@@ -15,8 +15,10 @@ one :class:`Finding`:
   before it (``CHECKPOINT_MISMATCH``); none lies beyond the latest version
   (``STRAY_CHECKPOINT``);
 * every data file live at the latest version exists (``MISSING_FILE``) with
-  the size the log records (``WRONG_SIZE``); if the latest version cannot be
-  read at all its files are not checked (``UNREADABLE``);
+  the size the log records (``WRONG_SIZE``), in the database's own store or,
+  in an export's target, in its source's (format §11.6); every inlined one
+  decodes (``CORRUPT_INLINED``); if the latest version cannot be read at all
+  its files are not checked (``UNREADABLE``);
 * the hints are sane (``BAD_HINT``): ``_log/_latest`` readable, naming a
   commit that exists, not beyond the log and not below a gap (discovery would
   stop there and the next writer would commit into the gap);
@@ -52,16 +54,20 @@ from dataclasses import asdict, dataclass, field, replace
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
+from mere.data.external import data_file_location, data_file_name
+from mere.data.reader import decoded_inline
 from mere.errors import (
     ConflictError,
+    CorruptDataFile,
     CorruptLog,
     DatabaseNotFound,
+    DataFileMissing,
     FormatVersionError,
     ObjectNotFound,
     StorageError,
     VersionNotFound,
 )
-from mere.log.actions import AddFile, Commit, TableMeta, decode_commit
+from mere.log.actions import AddFile, Commit, TableMeta, decode_commit, is_external_path
 from mere.log.keys import (
     CHECKPOINT_HINT,
     LATEST_HINT,
@@ -73,6 +79,7 @@ from mere.log.keys import (
 from mere.maintain.progress import Advance, progress
 from mere.snapshot.loader import load_state
 from mere.snapshot.state import DatabaseState
+from mere.storage import ObjectStore
 
 if TYPE_CHECKING:
     from mere.txn.context import DatabaseContext
@@ -89,6 +96,7 @@ CHECKPOINT_MISMATCH = "CHECKPOINT_MISMATCH"
 STRAY_CHECKPOINT = "STRAY_CHECKPOINT"
 MISSING_FILE = "MISSING_FILE"
 WRONG_SIZE = "WRONG_SIZE"
+CORRUPT_INLINED = "CORRUPT_INLINED"
 UNREADABLE = "UNREADABLE"
 BAD_HINT = "BAD_HINT"
 
@@ -105,6 +113,7 @@ KINDS = (
     UNREADABLE,
     MISSING_FILE,
     WRONG_SIZE,
+    CORRUPT_INLINED,
     BAD_HINT,
 )
 
@@ -587,7 +596,7 @@ def _check_files(
     truth: DatabaseState | None,
     readers: DatabaseState | None,
 ) -> None:
-    """Every data file live at the latest version exists with its recorded size."""
+    """Every data file live at the latest version exists with its recorded size, or decodes."""
     states = [s for s in (readers, truth) if s is not None]
     if not states:
         result.findings.append(
@@ -600,44 +609,40 @@ def _check_files(
             )
         )
         return
-    live: dict[str, tuple[TableMeta, AddFile]] = {}
+    live: dict[tuple[ObjectStore, str], tuple[TableMeta, AddFile]] = {}
+    inlined: dict[tuple[str, str], tuple[TableMeta, AddFile]] = {}
     for state in states:
         for table in state.tables.values():
             for add in table.files.values():
-                # Files of another store (format §11.6) are not ours; inlined ones
-                # are in the log, checked as it is decoded.
-                if "://" not in add.path and add.inline is None:
-                    live.setdefault(table.meta.prefix + add.path, (table.meta, add))
-    by_table: dict[str, list[tuple[str, TableMeta, AddFile]]] = {}
-    for key, (meta, add) in live.items():
-        by_table.setdefault(meta.prefix, []).append((key, meta, add))
-    with progress("checking data files", len(live)) as advance:
-        for prefix, files in sorted(by_table.items()):
-            sizes = {meta.key: meta.size for meta in db.store.list(prefix)}
+                if add.inline is not None:
+                    inlined.setdefault((table.meta.id, add.path), (table.meta, add))
+                    continue
+                try:  # a file of another store (format §11.6) is checked there
+                    where = data_file_location(db.store, table.meta, add)
+                except DataFileMissing:  # that store's root is gone
+                    result.files_checked += 1
+                    result.findings.append(_missing_file(db, table.meta, add, latest))
+                    continue
+                live.setdefault(where, (table.meta, add))
+    by_prefix: dict[tuple[ObjectStore, str], list[tuple[str, TableMeta, AddFile]]] = {}
+    for (store, key), (meta, add) in live.items():
+        prefix = "/".join(key.split("/")[:2]) + "/"  # tables/<table id>/
+        by_prefix.setdefault((store, prefix), []).append((key, meta, add))
+    with progress("checking data files", len(live) + len(inlined)) as advance:
+        for (store, prefix), files in by_prefix.items():
+            sizes = {meta.key: meta.size for meta in store.list(prefix)}
             for key, meta, add in files:
                 size = sizes.get(key)
                 if size is None:
-                    size = _head_size(db, key)  # the listing is only a fast path
+                    size = _head_size(store, key)  # the listing is only a fast path
                 result.files_checked += 1
                 if size is None:
-                    result.findings.append(
-                        Finding(
-                            MISSING_FILE,
-                            key,
-                            f"data file of table {meta.name!r}, live at version {latest}, does "
-                            f"not exist ({add.rows:,} rows): reading the table fails",
-                            version=latest,
-                            table=meta.name,
-                            repairable=True,
-                            repair="repair removes it from the table by a commit (its rows "
-                            "are lost)",
-                        )
-                    )
+                    result.findings.append(_missing_file(db, meta, add, latest))
                 elif size != add.size:
                     result.findings.append(
                         Finding(
                             WRONG_SIZE,
-                            key,
+                            data_file_name(meta, add),
                             f"data file of table {meta.name!r} is {size:,} bytes; the log "
                             f"records {add.size:,}",
                             version=latest,
@@ -646,18 +651,58 @@ def _check_files(
                         )
                     )
             advance(len(files))
+        for meta, add in inlined.values():
+            result.files_checked += 1
+            try:
+                decoded_inline(meta, add)
+            except CorruptDataFile as exc:
+                result.findings.append(
+                    Finding(
+                        CORRUPT_INLINED,
+                        meta.prefix + add.path,
+                        f"inlined data file of table {meta.name!r}, live at version {latest}, "
+                        f"does not decode ({exc.reason}): reading the table fails",
+                        version=latest,
+                        table=meta.name,
+                        repair="put the commit or checkpoint file that holds it back from a backup",
+                    )
+                )
+            advance(1)
 
 
-def _head_size(db: DatabaseContext, key: str) -> int | None:
+def _missing_file(db: DatabaseContext, meta: TableMeta, add: AddFile, latest: int) -> Finding:
+    """A live data file that does not exist; repair drops those of the database's own store."""
+    own = not is_external_path(add.path)
+    return Finding(
+        MISSING_FILE,
+        data_file_name(meta, add),
+        f"data file of table {meta.name!r}, live at version {latest}, does "
+        f"not exist ({add.rows:,} rows): reading the table fails",
+        version=latest,
+        table=meta.name,
+        repairable=own,
+        repair="repair removes it from the table by a commit (its rows are lost)"
+        if own
+        else "it is a file of the database this one was exported from, which vacuum "
+        "deleted there: restore it there from a backup, or restore this database to "
+        "a version that does not reference it",
+    )
+
+
+def _head_size(store: ObjectStore, key: str) -> int | None:
     try:
-        return db.store.head(key).size
+        return store.head(key).size
     except ObjectNotFound:
         return None
 
 
 def _repair_missing_files(db: DatabaseContext, result: CheckResult) -> None:
     """Remove references to missing data files with one REPAIR commit (retried on conflicts)."""
-    missing = {f.key: f for f in result.findings if f.kind == MISSING_FILE and not f.repaired}
+    missing = {
+        f.key: f
+        for f in result.findings
+        if f.kind == MISSING_FILE and f.repairable and not f.repaired
+    }
     if not missing:
         return
     for attempt in range(1, REPAIR_ATTEMPTS + 1):
