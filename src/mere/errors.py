@@ -66,11 +66,18 @@ class CorruptLog(MereError):
     """A commit or checkpoint file cannot be decoded; the message names the file."""
 
     def __init__(self, key: str, reason: str) -> None:
-        super().__init__(
-            f"corrupt log file {key}: {reason}",
-            help="the file was not written by a compatible mere; restore it from a backup "
-            "or remove the database",
-        )
+        if ".checkpoint." in key:  # a checkpoint only summarises the log
+            help = (
+                "restore it from a backup; while the commits it summarises remain, moving "
+                "the checkpoint's files away makes readers rebuild from them (`mere check` "
+                "says which)"
+            )
+        else:
+            help = (
+                "the file was not written by a compatible mere; restore it from a backup; "
+                "`mere check` lists every defect of the log"
+            )
+        super().__init__(f"corrupt log file {key}: {reason}", help=help)
         self.key = key
         self.reason = reason
 

@@ -319,6 +319,24 @@ def test_an_unreadable_checkpoint_is_found_and_the_latest_repaired(store: Object
     assert xs(store) == [0, 1, 2, 3, 4, 5]
 
 
+def test_a_damaged_checkpoint_part_is_found_and_the_latest_repaired(store: ObjectStore) -> None:
+    """A part is fetched when its files are first needed: check reads every one."""
+    state = fresh(store).state_at(5)
+    db = fresh(store)
+    db.log.write_checkpoint(
+        5, state.timestamp, state.checkpoint_actions(), state.checkpoint_files()
+    )
+    [part] = [m.key for m in store.list("_log/") if m.key.count(".") == 4]
+    replace_object(store, part, store.get(part)[:60])
+    with pytest.raises(mere.CorruptLog, match="unreadable Parquet"):
+        xs(store)
+    corrupt = only(fresh(store).check(), "CORRUPT_CHECKPOINT")
+    assert corrupt.key == part and corrupt.version == 5
+    assert "unreadable Parquet" in corrupt.message
+    fresh(store).check(repair=True)
+    assert xs(store) == [0, 1, 2, 3, 4, 5]
+
+
 def test_a_checkpoint_claiming_another_version_is_found(store: ObjectStore) -> None:
     state = fresh(store).state_at(5)
     store.put_if_absent(

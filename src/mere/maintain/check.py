@@ -441,14 +441,14 @@ class _Walk:
         key = checkpoint_key(version)
         try:
             data = self.db.log.read_checkpoint(version)
-            from_checkpoint = DatabaseState.from_checkpoint(data)
+            from_checkpoint = _fetched(DatabaseState.from_checkpoint(data))
         except VersionNotFound:
             return  # removed by expiry while the check ran
         except CorruptLog as exc:  # a newer format raises: not ours to judge
             self.bad_checkpoints[version] = self.add(
                 Finding(
                     CORRUPT_CHECKPOINT,
-                    key,
+                    exc.key or key,  # the manifest, or the part that is damaged
                     f"the checkpoint of version {version} cannot be read: {exc.reason}",
                     version=version,
                     # Without a known state before it, the log cannot replace it.
@@ -478,6 +478,14 @@ class _Walk:
             )
         )
         # The log is the authority: go on from its state.
+
+
+def _fetched(state: DatabaseState) -> DatabaseState:
+    """``state`` with every table's files read: a checkpoint's parts are fetched
+    when first needed, and a damaged one must be found here (raises CorruptLog)."""
+    for table in state.tables.values():
+        table.live.table()
+    return state
 
 
 def state_differences(checkpoint: DatabaseState, log: DatabaseState) -> list[str]:
@@ -555,7 +563,7 @@ def _readers_state(
     version, ``repair`` writes one from the log's state.
     """
     try:
-        readers: DatabaseState | None = load_state(db.log, latest)
+        readers: DatabaseState | None = _fetched(load_state(db.log, latest))
     except (CorruptLog, FormatVersionError, VersionNotFound):
         readers = None
     if truth is None or (readers is not None and not state_differences(readers, truth)):
