@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import struct
 from decimal import Decimal
 
 import pyarrow as pa
@@ -257,3 +258,23 @@ def test_to_arrow_gives_a_compute_expression():
     expr = to_arrow(bind(parse("i > 1 AND s IN ('a', 'b')"), TABLE.schema))
     assert isinstance(expr, pc.Expression)
     assert isinstance(to_arrow(bind(parse("NULL"), TABLE.schema)), pc.Expression)
+
+
+@pytest.mark.parametrize("float_type", [pa.float64(), pa.float32()])
+def test_in_finds_every_nan_and_both_zeros(float_type: pa.DataType) -> None:
+    """NaN equals NaN whatever its sign bit or payload (``-x`` of a NaN, ``inf - inf``
+    set the sign on x86), and -0.0 equals 0.0, in IN as in ``=``."""
+    width, code = (8, "<d") if float_type == pa.float64() else (4, "<f")
+    negative_nan = struct.unpack(code, struct.pack(code, float("nan"))[: width - 1] + b"\xff")[0]
+    table = pa.table(
+        {
+            "id": [1, 2, 3, 4, 5],
+            "f": pa.array([negative_nan, float("nan"), -0.0, 0.0, 1.0], float_type),
+        }
+    )
+    assert ids("f = CAST('NaN' AS DOUBLE)", table) == [1, 2]
+    assert ids("f IN (CAST('NaN' AS DOUBLE))", table) == [1, 2]
+    assert ids("f IN (1.0, CAST('NaN' AS DOUBLE))", table) == [1, 2, 5]
+    assert ids("f NOT IN (CAST('NaN' AS DOUBLE))", table) == [3, 4, 5]
+    assert ids("f IN (0.0)", table) == [3, 4]
+    assert ids("f IN (-0.0)", table) == [3, 4]

@@ -325,9 +325,11 @@ def _in(expr: ast.In) -> pc.Expression:
     x = _convert(expr.operand)
     present = [v.value for v in expr.values if v.value is not None]
     if pa.types.is_floating(expr.operand.type):
-        # is_in hashes bits, so -0.0 would miss 0.0; adding +0.0 turns -0.0 into 0.0.
-        x = pc.add(x, _scalar(0.0, expr.operand.type))
-        present = [v + 0.0 for v in present]
+        # is_in hashes bits: -0.0 would miss 0.0 and a NaN with its sign bit set (-x
+        # of a NaN, inf - inf) the NaN of the list. One zero and one NaN on both sides.
+        kind = expr.operand.type
+        x = pc.if_else(pc.is_nan(x), _scalar(math.nan, kind), pc.add(x, _scalar(0.0, kind)))
+        present = [math.nan if v != v else v + 0.0 for v in present]
     value_set = pa.array(present, type=expr.operand.type)
     null = _scalar(None, pa.bool_())
     found = pc.if_else(pc.is_null(x), null, pc.is_in(x, value_set=value_set, skip_nulls=True))
