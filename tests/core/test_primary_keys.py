@@ -185,3 +185,42 @@ def test_concurrent_upserts_from_processes_never_duplicate_a_key(tmp_path: Path)
     ids = db.table("t").scan(columns=["id"]).column("id").to_pylist()
     assert len(ids) == len(set(ids))  # every key exactly once
     assert set(acknowledged) <= set(ids)  # every acknowledged key is there
+
+
+NEGATIVE_NAN = -float("nan")  # the sign bit set, as -x of a NaN or inf - inf make it
+
+
+@pytest.mark.parametrize(
+    ("stored", "written"), [(-0.0, 0.0), (0.0, -0.0), (float("nan"), NEGATIVE_NAN)]
+)
+def test_float_keys_are_equal_as_sql_compares_them(
+    db: mere.Database, stored: float, written: float
+) -> None:
+    """-0.0 = 0.0 and NaN = NaN (whatever its bits), as filters and MERGE compare."""
+    schema = pa.schema([pa.field("x", pa.float64(), nullable=False), ("v", pa.int64())])
+    db.create_table("k", schema, primary_key=["x"])
+    db.table("k").append([{"x": stored, "v": 1}])
+    with pytest.raises(mere.DuplicateKey):
+        db.table("k").append([{"x": written, "v": 2}])
+    with pytest.raises(mere.DuplicateKey):
+        db.table("k").append([{"x": 7.0, "v": 1}, {"x": 7.0, "v": 2}])
+    db.table("k").append([{"x": written, "v": 3}], on_duplicate="update")
+    assert [r["v"] for r in db.table("k").scan().to_pylist()] == [3]
+    db.table("k").append([{"x": written, "v": 4}], on_duplicate="skip")
+    assert [r["v"] for r in db.table("k").scan().to_pylist()] == [3]
+
+
+def test_merge_matches_float_keys_as_sql_compares_them(db: mere.Database) -> None:
+    schema = pa.schema([("x", pa.float64()), ("v", pa.int64())])
+    db.create_table("floats", schema)
+    db.table("floats").append([{"x": -0.0, "v": 1}, {"x": float("nan"), "v": 2}])
+    source = pa.table({"x": [0.0, NEGATIVE_NAN], "v": [10, 20]}, schema=schema)
+    result = (
+        db.table("floats")
+        .merge(source, on="t.x = s.x")
+        .when_matched_update({"v": "s.v"})
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert (result.num_target_rows_inserted, result.num_target_rows_updated) == (0, 2)
+    assert sorted(r["v"] for r in db.table("floats").scan().to_pylist()) == [10, 20]

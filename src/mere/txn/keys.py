@@ -26,6 +26,7 @@ are worked out only when a winner adds files to the table (:class:`KeyProbe`).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Container, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -110,8 +111,25 @@ def describe_keys(keys: pa.Table, limit: int = SHOWN_KEYS) -> str:
     return shown + more
 
 
+def canonical_floats(table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
+    """``table`` with one zero and one NaN in its floating-point ``columns`` (default: all).
+
+    Hashing kernels (``is_in``, joins, group-bys) compare bits, where SQL holds
+    -0.0 = 0.0 and NaN = NaN whatever its sign bit or payload (``-x`` of a
+    NaN, ``inf - inf``); the key filters hash them so too (format §6.1).
+    """
+    for i, column in enumerate(table.schema):
+        if pa.types.is_floating(column.type) and (columns is None or column.name in columns):
+            values = table.column(i)
+            zero, nan = pa.scalar(0.0, column.type), pa.scalar(math.nan, column.type)
+            canonical = pc.if_else(pc.is_nan(values), nan, pc.add(values, zero))
+            table = table.set_column(i, column, canonical)
+    return table
+
+
 def _counted(keys: pa.Table) -> pa.Table:
     """Each distinct key value of ``keys`` with ``count_all``, how often it occurs."""
+    keys = canonical_floats(keys)
     names = keys.column_names
     if len(names) == 1:  # hash counting, much faster than a group-by for one column
         counts = pc.value_counts(keys.column(0).combine_chunks())
@@ -137,13 +155,21 @@ def duplicates_within(keys: pa.Table) -> pa.Table:
 
 
 def semi_join(left: pa.Table, right: pa.Table, *, anti: bool = False) -> pa.Table:
-    """The rows of ``left`` whose key is (``anti``: is not) among ``right``'s (same columns)."""
+    """The rows of ``left`` whose key is (``anti``: is not) among ``right``'s (same columns).
+
+    Keys compare as SQL does (:func:`canonical_floats`); the rows are ``left``'s own.
+    """
     names = left.column_names
+    keys, others = canonical_floats(left), canonical_floats(right.select(names))
     if len(names) == 1:
-        inside = pc.is_in(left.column(0), value_set=pc.unique(right.column(0).combine_chunks()))
+        inside = pc.is_in(keys.column(0), value_set=pc.unique(others.column(0).combine_chunks()))
         return left.filter(pc.invert(inside) if anti else inside)
     kind = "left anti" if anti else "left semi"
-    return left.join(right.select(names), names, join_type=kind, use_threads=False)
+    if keys is left:  # no floating-point column: the rows are the keys
+        return left.join(others, names, join_type=kind, use_threads=False)
+    numbered = keys.append_column("__mere_row", pa.array(range(left.num_rows), pa.int64()))
+    rows = numbered.join(others, names, join_type=kind, use_threads=False)["__mere_row"]
+    return left.take(pc.take(rows, pc.sort_indices(rows)))
 
 
 def intersect(left: pa.Table, right: pa.Table) -> pa.Table:
@@ -570,6 +596,7 @@ class KeyProbe:
 
 
 __all__ = [
+    "canonical_floats",
     "Candidates",
     "KeyProbe",
     "added_keys",

@@ -67,6 +67,7 @@ from mere.txn.keys import (
     KeyProbe,
     Selector,
     added_keys,
+    canonical_floats,
     duplicates_within,
     key_columns,
     key_counts,
@@ -340,6 +341,8 @@ class Stage:
         self._touch(table_id)
         frame = self._frames[-1]
         columns = key_columns(meta)
+        if columns:  # one zero and one NaN per key: equal keys are equal bits
+            rows = canonical_floats(rows, columns)
         writer = frame.writers.get(table_id)
         if writer is None:
             writer = DataFileWriter(

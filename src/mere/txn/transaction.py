@@ -55,7 +55,7 @@ from mere.txn.committer import (
     AfterCommit,
     Committer,
 )
-from mere.txn.keys import key_columns, semi_join
+from mere.txn.keys import canonical_floats, key_columns, semi_join
 from mere.txn.stage import Stage
 
 if TYPE_CHECKING:
@@ -559,6 +559,8 @@ class TxTable:
                     stage.record_operation("MERGE SCHEMA", self.table_id)
                     meta = self.meta
             table = conform(table, meta.schema)
+            if on_duplicate != "error":  # its keys are compared as SQL compares them
+                table = canonical_floats(table, key_columns(meta))
             if on_duplicate == "update":
                 return self._upsert(table)
             if on_duplicate == "skip":

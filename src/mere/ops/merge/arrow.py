@@ -32,6 +32,7 @@ from mere.ops.merge.plan import (
     multiple_matches,
 )
 from mere.ops.rewrite import match_mask
+from mere.txn.keys import canonical_floats
 
 if TYPE_CHECKING:
     from mere.log.actions import AddFile
@@ -188,8 +189,13 @@ def _join(
     Only the keys and row numbers go through the join, so any column type rides along.
     """
     names = [f"k{i}" for i in range(len(source_keys))]
-    left = pa.table([*source_keys, _arange(len(source_valid))], names=[*names, "__s"])
-    right = pa.table([*target_keys, _arange(len(target_valid))], names=[*names, "__t"])
+    # The join hashes bits: one zero and one NaN on both sides, as SQL compares them.
+    left = canonical_floats(
+        pa.table([*source_keys, _arange(len(source_valid))], names=[*names, "__s"]), names
+    )
+    right = canonical_floats(
+        pa.table([*target_keys, _arange(len(target_valid))], names=[*names, "__t"]), names
+    )
     pairs = left.filter(source_valid).join(
         right.filter(target_valid), keys=names, join_type="inner"
     )

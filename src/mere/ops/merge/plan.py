@@ -18,6 +18,7 @@ names (they filter the target's files).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
@@ -266,13 +267,11 @@ def as_chunked(values: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def all_valid(keys: Sequence[pa.ChunkedArray], rows: int) -> pa.ChunkedArray:
-    """True where every key is non-null and not NaN (such keys never compare equal)."""
+    """True where every key is non-null (NULL equals nothing; NaN equals NaN, as in
+    mere's filters and DuckDB's and Spark's joins)."""
     valid = pa.chunked_array([pa.repeat(pa.scalar(True), rows)], type=pa.bool_())
     for key in keys:
-        ok = pc.is_valid(key)
-        if pat.is_floating(key.type):
-            ok = pc.and_(ok, pc.invert(pc.fill_null(pc.is_nan(key), True)))
-        valid = pc.and_(valid, ok)
+        valid = pc.and_(valid, pc.is_valid(key))
     return valid
 
 
@@ -295,6 +294,8 @@ def key_filters(
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
         key_range = None
     else:
+        if pat.is_floating(values.type) and pc.any(pc.is_nan(distinct)).as_py():
+            hi = pa.scalar(math.nan, values.type)  # NaN sorts above every number (min_max skips it)
         key_range = sqlexpr.And(
             (
                 sqlexpr.Compare(">=", col, sqlexpr.Literal(lo.as_py(), values.type)),
