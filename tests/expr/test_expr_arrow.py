@@ -278,3 +278,16 @@ def test_in_finds_every_nan_and_both_zeros(float_type: pa.DataType) -> None:
     assert ids("f NOT IN (CAST('NaN' AS DOUBLE))", table) == [3, 4, 5]
     assert ids("f IN (0.0)", table) == [3, 4]
     assert ids("f IN (-0.0)", table) == [3, 4]
+
+
+def test_a_double_literal_meets_a_real_column_in_double_unless_exact() -> None:
+    """As DuckDB: ``f = 0.1`` (a decimal) is 0.1f, ``f = 0.1e0`` (a DOUBLE) is not;
+    a DOUBLE that REAL holds exactly (0.5e0, NaN) still matches."""
+    table = pa.table({"id": [1, 2, 3], "f": pa.array([0.1, 3.0e38, 0.5], pa.float32())})
+    assert ids("f = 0.1", table) == [1]
+    assert ids("f = 0.1e0", table) == []
+    assert ids("f = 3e38", table) == []
+    assert ids("f > 3e38", table) == [2]
+    assert ids("f = 0.5e0", table) == [3]
+    assert ids("f IN (0.1e0, 0.5e0)", table) == [3]
+    assert ids("f < CAST('NaN' AS DOUBLE)", table) == [1, 2, 3]

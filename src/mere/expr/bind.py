@@ -34,7 +34,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import decimal
+import math
 import re
+import struct
 import zoneinfo
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -313,11 +315,22 @@ def coerce_literal(lit: ast.Literal, target: pa.DataType) -> ast.Literal:
     if cs == ct == "timestamp":
         return _timestamp_literal(_datetime_for(value, target), target)
     if ct == "float" and cs in _NUMERIC:
-        # Numbers meet a float column in its own precision: f32_col = 0.1 means 0.1f.
+        # Numbers meet a float column in its own precision: f32_col = 0.1 means 0.1f;
+        # a DOUBLE (0.1e0) meets a REAL column in DOUBLE, as in DuckDB, unless exact.
+        if cs == "float" and target == pa.float32() and not _exact_in_real(value):
+            return lit
         return make_literal(float(value), target)
     if cs in ("int", "decimal") and ct in ("int", "decimal"):
         return _exact_number(lit, target)
     return lit
+
+
+def _exact_in_real(value: float) -> bool:
+    """Whether a REAL (float32) holds ``value`` exactly (NaN and infinities included)."""
+    try:
+        return math.isnan(value) or struct.unpack("<f", struct.pack("<f", value))[0] == value
+    except OverflowError:  # beyond REAL's range
+        return False
 
 
 def _timestamp_literal(value: dt.datetime, target: pa.DataType) -> ast.Literal:
