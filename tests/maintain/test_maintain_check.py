@@ -12,6 +12,7 @@ import json
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -582,3 +583,24 @@ def test_files_of_an_exports_source_are_checked_where_they_are(tmp_path: Path) -
     missing = only(result, "MISSING_FILE")
     assert missing.key.startswith("file://") and missing.table == "t"
     assert not missing.repairable and not missing.repaired
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "value"),
+    [
+        (pa.decimal128(10, 2), pa.decimal128(20, 4), Decimal("1.50")),
+        (pa.int32(), pa.int64(), 7),
+        (pa.float32(), pa.float64(), 0.5),
+    ],
+)
+def test_a_checkpoint_after_a_widened_column_agrees_with_the_log(
+    db: mere.Database, before: pa.DataType, after: pa.DataType, value: object
+) -> None:
+    """The checkpoint holds statistics in the widened type ('1.5000'), the commit
+    as written ('1.50'): the same values."""
+    db.create_table("w", pa.schema([("id", pa.int64()), ("c", before)]))
+    db.table("w").append(pa.table({"id": [1], "c": pa.array([value], before)}))
+    with db.transaction() as tx:
+        tx.alter_table("w").widen_column("c", after)
+    db.checkpoint()
+    assert db.check().clean

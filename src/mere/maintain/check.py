@@ -68,6 +68,7 @@ from mere.errors import (
     VersionNotFound,
 )
 from mere.log.actions import AddFile, Commit, TableMeta, decode_commit, is_external_path
+from mere.log.columns import FileLayout, adds_to_columns, columns_to_adds
 from mere.log.keys import (
     CHECKPOINT_HINT,
     LATEST_HINT,
@@ -517,7 +518,7 @@ def state_differences(checkpoint: DatabaseState, log: DatabaseState) -> list[str
         changed = [
             p
             for p, f in mine.files.items()
-            if p in theirs.files and _file_key(f) != _file_key(theirs.files[p])
+            if p in theirs.files and not _same_file(f, theirs.files[p], theirs.meta)
         ]
         for count, what in (
             (len(extra), "live files the log does not have"),
@@ -535,6 +536,20 @@ def state_differences(checkpoint: DatabaseState, log: DatabaseState) -> list[str
 
 def _file_key(add: AddFile) -> AddFile:
     return replace(add, data_change=True)
+
+
+def _same_file(held: AddFile, logged: AddFile, meta: TableMeta) -> bool:
+    """Whether a checkpoint holds the file as the log records it.
+
+    A checkpoint keeps statistics in the columns' current types: after a
+    column was widened, a decimal's bound written as ``1.50`` reads back as
+    ``1.5000``. The log's file is compared as a checkpoint would hold it.
+    """
+    if _file_key(held) == _file_key(logged):
+        return True
+    layout = FileLayout.of(meta)
+    [as_held] = columns_to_adds(layout, meta.id, adds_to_columns(layout, [logged]))
+    return _file_key(held) == _file_key(as_held)
 
 
 def _same_meta(a: TableMeta, b: TableMeta) -> bool:
