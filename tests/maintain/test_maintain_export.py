@@ -262,3 +262,21 @@ def test_delta_export_refuses_an_empty_string_partition_value(tmp_path: Path) ->
     with pytest.raises(DeltaExportError, match="empty-string partition value"):
         db.table("p").export_delta(tmp_path / "delta")
     assert not (tmp_path / "delta").exists() or not any((tmp_path / "delta").rglob("*"))
+
+
+def test_delta_export_of_the_extreme_timestamps_leaves_out_what_delta_cannot_bound(
+    tmp_path: Path,
+) -> None:
+    """A bound rounded to Delta's milliseconds past year 9999 (or before year 1) is
+    left out of the statistics, which stay sound; the rows are exported whole."""
+    zoned = pa.timestamp("us", tz="UTC")
+    extremes = [
+        dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
+        dt.datetime(1, 1, 1, tzinfo=dt.UTC),
+    ]
+    db = mere.connect(tmp_path / "src")
+    db.create_table("t", pa.schema([("id", pa.int64()), ("ts", zoned)]))
+    db.table("t").append(pa.table({"id": [1, 2], "ts": pa.array(extremes, zoned)}))
+    db.table("t").export_delta(tmp_path / "delta")
+    [info] = read_delta(tmp_path / "delta").values()
+    assert sorted(row["ts"] for row in info["rows"]) == sorted(str(t) for t in extremes)

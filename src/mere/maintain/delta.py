@@ -222,7 +222,10 @@ def _stat_value(value: Any, t: pa.DataType, upper: bool) -> Any:
             ms = ticks * 1000
         else:
             ms = -((-ticks) // per_ms) if upper else ticks // per_ms
-        moment = _EPOCH + timedelta(milliseconds=ms)
+        try:
+            moment = _EPOCH + timedelta(milliseconds=ms)
+        except OverflowError:  # rounded past year 9999 (or before year 1): no sound bound
+            return None
         return f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
     return None
 
