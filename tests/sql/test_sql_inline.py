@@ -105,3 +105,18 @@ def test_a_transaction_reads_its_own_inlined_writes_and_dml_rewrites_them(tmp_pa
     ]
     assert db.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 1000}]
     agree(db, "t", ["s = 'x'", "k > 4990"])
+
+
+@pytest.mark.parametrize("inline_limit", [None, 65536])
+def test_half_float_columns_are_written_and_queried_as_real(
+    tmp_path: Path, inline_limit: int | None
+) -> None:
+    """DuckDB reads no Arrow half float: SQL sees the column as REAL (exact)."""
+    db = mere.connect(tmp_path / "db", inline_limit=inline_limit)
+    db.create_table("h", pa.schema([("id", pa.int64()), ("x", pa.float16())]))
+    halves = pa.array([1.5, None, -2.25], pa.float32()).cast(pa.float16())
+    db.table("h").append(pa.table({"id": [1, 2, 3], "x": halves}))
+    assert db.table("h").scan(filter="x > 0").column("id").to_pylist() == [1]
+    got = db.sql("SELECT sum(x) AS s, count(x) AS n, max(id) AS m FROM h").to_pylist()
+    assert got == [{"s": -0.75, "n": 2, "m": 3}]
+    assert db.sql("SELECT x FROM h WHERE id = 3").schema.field("x").type == pa.float32()

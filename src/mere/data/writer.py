@@ -569,6 +569,8 @@ def _update_stats(
 
 def _update_column(s: _ColumnStats, col: pa.ChunkedArray) -> None:
     s.nulls += col.null_count
+    if pa.types.is_float16(col.type):  # no compute kernels for half floats; float32 is exact
+        col = pc.cast(col, pa.float32())
     if pa.types.is_floating(col.type):
         # min/max leave NaN out; the count tells readers whether NaN (which
         # sorts above every number) may be there.

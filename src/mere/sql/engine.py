@@ -15,6 +15,7 @@ the files under its root, nor pick up Python variables by name
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
@@ -107,6 +108,7 @@ def register(
     view is not created but appended to it as ``(name, query)``, for the caller
     to put in the statement (:func:`with_views`): a view would be bound twice.
     """
+    meta = _readable_by_duckdb(meta)
     if isinstance(store, LocalStore):
         inlined = inlined_files(files)
         hidden = f"__mere_inlined_{next(_NAMES)}"
@@ -134,6 +136,15 @@ def register(
         f"CREATE TEMP VIEW {quote_identifier(name)} AS "
         f"SELECT {columns} FROM {quote_identifier(hidden)}"
     )
+
+
+def _readable_by_duckdb(meta: TableMeta) -> TableMeta:
+    """``meta`` with half floats read as REAL: DuckDB has no Arrow half float, and
+    float32 holds each one exactly (the dataset casts as it reads)."""
+    if not any(pa.types.is_float16(f.type) for f in meta.schema):
+        return meta
+    fields = [f.with_type(pa.float32()) if pa.types.is_float16(f.type) else f for f in meta.schema]
+    return dataclasses.replace(meta, schema=pa.schema(fields, metadata=meta.schema.metadata))
 
 
 #: Statements :func:`with_views` can put common table expressions in front of.
