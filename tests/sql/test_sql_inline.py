@@ -120,3 +120,23 @@ def test_half_float_columns_are_written_and_queried_as_real(
     got = db.sql("SELECT sum(x) AS s, count(x) AS n, max(id) AS m FROM h").to_pylist()
     assert got == [{"s": -0.75, "n": 2, "m": 3}]
     assert db.sql("SELECT x FROM h WHERE id = 3").schema.field("x").type == pa.float32()
+
+
+@pytest.mark.parametrize("column", [pa.string(), pa.float64()], ids=["duckdb-reader", "dataset"])
+def test_a_query_over_a_missing_or_damaged_file_names_it(
+    tmp_path: Path, column: pa.DataType
+) -> None:
+    """As scans and DML do: DataFileMissing / CorruptDataFile naming the file, not
+    DuckDB's I/O error."""
+    db = mere.connect(tmp_path / "db")
+    db.create_table("t", pa.schema([("id", pa.int64()), ("v", column)]))
+    db.table("t").append(pa.table({"id": [1], "v": pa.array([None], column)}))
+    db.table("t").append(pa.table({"id": [2], "v": pa.array([None], column)}))
+    first, second = sorted(db.snapshot().table("t").files, key=lambda f: f.modification_time)
+    table_dir = tmp_path / "db" / db.latest_state().table_by_name("t").meta.prefix  # type: ignore[union-attr]
+    (table_dir / second.path).write_bytes(b"PAR1 not a parquet file PAR1")
+    with pytest.raises(mere.CorruptDataFile, match=second.path):
+        db.sql("SELECT count(*) FROM t")
+    (table_dir / first.path).unlink()
+    with pytest.raises(mere.DataFileMissing, match=first.path):
+        db.sql("SELECT count(*) FROM t")

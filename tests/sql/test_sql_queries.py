@@ -203,7 +203,7 @@ def test_only_needed_columns_are_read_and_files_are_skipped(tmp_path) -> None:
     assert db.sql("SELECT count(blob) AS n FROM t WHERE day = 'd1'").column("n")[0].as_py() == 1000
     with pytest.raises(SQLError):
         db.sql("SELECT count(blob) FROM t WHERE day <> 'd0'")  # d3's blob is read: it fails
-    with pytest.raises(SQLError):
+    with pytest.raises(mere.DataFileMissing, match=by_day["d0"].name):
         db.sql("SELECT count(*) FROM t WHERE id < 1000")  # d0 is needed: it is gone
 
 

@@ -16,12 +16,20 @@ from typing import Any
 
 import pyarrow as pa
 
-from mere.errors import TableNotFound
+from mere.data.external import data_file_location, data_file_name
+from mere.errors import (
+    CorruptDataFile,
+    DataFileError,
+    DataFileMissing,
+    TableNotFound,
+)
+from mere.log.actions import AddFile, TableMeta
 from mere.snapshot.state import DatabaseState
 from mere.sql import engine
 from mere.sql.catalog import Catalog
-from mere.sql.errors import UnsupportedSQL
+from mere.sql.errors import SQLError, UnsupportedSQL
 from mere.sql.script import Statement, TimeTravel, rewrite_time_travel, tokenize
+from mere.storage import ObjectStore
 
 Params = Sequence[Any] | Mapping[str, Any] | None
 
@@ -43,11 +51,13 @@ def register_tables(
     text: str,
     travels: Sequence[TimeTravel] = (),
     inline: list[tuple[str, str]] | None = None,
-) -> None:
-    """Register the tables ``text`` names, as the catalog sees them and as of time travel.
+) -> list[tuple[TableMeta, Sequence[AddFile]]]:
+    """Register the tables ``text`` names, as the catalog sees them and as of time travel;
+    returns each table registered with its files.
 
     With ``inline``, views are collected there instead (see :func:`engine.register`).
     """
+    registered: list[tuple[TableMeta, Sequence[AddFile]]] = []
     special = {t.relation for t in travels}
     for name in sorted(engine.table_names(con, text)):
         if name in special or name.startswith("__mere_"):
@@ -55,6 +65,7 @@ def register_tables(
         relation = catalog.relation(name)
         if relation is not None:
             engine.register(con, name, catalog.store, relation.meta, relation.files, inline)
+            registered.append((relation.meta, relation.files))
     states: dict[int, DatabaseState] = {}
     for travel in travels:
         history = catalog.history
@@ -69,9 +80,10 @@ def register_tables(
         table = states[version].table_by_name(travel.table)
         if table is None:
             raise TableNotFound(travel.table, version)
-        engine.register(
-            con, travel.relation, catalog.store, table.meta, list(table.files.values()), inline
-        )
+        files = list(table.files.values())
+        engine.register(con, travel.relation, catalog.store, table.meta, files, inline)
+        registered.append((table.meta, files))
+    return registered
 
 
 def run_query(catalog: Catalog, statement: Statement) -> pa.Table:
@@ -92,14 +104,47 @@ def run_query(catalog: Catalog, statement: Statement) -> pa.Table:
         inline: list[tuple[str, str]] | None = None
         if statement.tokens[0].text.upper() in engine.INLINE_STARTS:
             inline = []
-        register_tables(con, catalog, text, travels, inline)
+        registered = register_tables(con, catalog, text, travels, inline)
         if inline:
             text = engine.with_views(
                 dataclasses.replace(statement, text=text, tokens=tokenize(text)), inline
             )
-        return engine.run(con, text, statement.params)
+        try:
+            return engine.run(con, text, statement.params)
+        except SQLError as exc:
+            damaged = _damaged_file(catalog.store, registered, str(exc))
+            if damaged is None:
+                raise
+            raise damaged from exc
     finally:
         con.close()
+
+
+def _damaged_file(
+    store: ObjectStore, tables: Sequence[tuple[TableMeta, Sequence[AddFile]]], message: str
+) -> DataFileError | None:
+    """The error a scan raises for the data file DuckDB's ``message`` names, if it names one.
+
+    DuckDB's reader and the pyarrow dataset name the file they failed to open
+    or decode: it is missing (``DataFileMissing``) or damaged (``CorruptDataFile``).
+    """
+    for meta, files in tables:
+        for add in files:
+            if add.inline is not None:
+                continue
+            try:
+                holder, key = data_file_location(store, meta, add)
+            except DataFileMissing as missing:  # its store's root is gone
+                if add.path in message:
+                    return missing
+                continue
+            if key not in message:
+                continue
+            name = data_file_name(meta, add)
+            if not holder.exists(key):
+                return DataFileMissing.of(name, meta.name)
+            return CorruptDataFile.of(name, meta.name, reason=message)
+    return None
 
 
 __all__ = ["connection", "register_tables", "run_query"]
