@@ -57,7 +57,7 @@ def test_duplicates_in_a_batch_and_against_the_table_are_refused(db: mere.Databa
     with pytest.raises(mere.DuplicateKey, match=r"among the rows written.*\(3\)") as caught:
         db.table("t").append(rows((3, "c"), (3, "d")))
     assert caught.value.keys == [{"id": 3}]
-    with pytest.raises(mere.DuplicateKey, match=r"already in the table.*\(2\)"):
+    with pytest.raises(mere.DuplicateKey, match=r"already held by a row.*\(2\)"):
         db.table("t").append(rows((4, "d"), (2, "x")))
     assert db.version == version and content(db.table("t")) == [(1, "a"), (2, "b")]
 

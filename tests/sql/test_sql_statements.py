@@ -299,3 +299,9 @@ def test_concurrent_sql_transactions_get_the_python_apis_conflicts(shop: mere.Da
     second.execute("INSERT INTO orders VALUES (2, 2, 2, DATE '2024-01-01')")
     first.execute("COMMIT")
     assert shop.snapshot().table("orders").count() == 2
+
+
+def test_an_insert_of_the_wrong_width_names_the_users_table(shop: mere.Database) -> None:
+    with pytest.raises(SQLError, match='table "customers" has') as caught:
+        shop.sql("INSERT INTO customers VALUES (1)")
+    assert "__mere" not in str(caught.value)

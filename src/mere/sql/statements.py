@@ -262,7 +262,10 @@ def insert(
             con, f"CREATE TEMP TABLE {_TARGET} AS SELECT * FROM __mere_target_type", None
         )
         register_tables(con, catalog, text, travels)
-        engine.execute(con, text, statement.params)
+        try:
+            engine.execute(con, text, statement.params)
+        except SQLError as exc:  # DuckDB names the scratch table: say the user's
+            raise SQLError(str(exc).replace(f'"{_TARGET}"', f'"{name}"')) from exc
         rows = engine.run(con, f"SELECT * FROM {_TARGET}", None)
     finally:
         con.close()

@@ -589,7 +589,7 @@ class Stage:
                 continue
             refuse_duplicates(meta, duplicates_within(new), "among the rows written")
             duplicates = self._duplicates(table_id, meta, new, frame)
-            refuse_duplicates(meta, duplicates, "already in the table")
+            refuse_duplicates(meta, duplicates, "already held by a row")
 
     def _duplicates(self, table_id: str, meta: TableMeta, new: pa.Table, frame: _Frame) -> pa.Table:
         """The keys of ``new`` (the statement's, each once) that two live rows hold.
