@@ -178,3 +178,22 @@ def test_a_stale_note_is_no_gap(tmp_path: Path) -> None:
     assert reader.version == 1
     reader.table("t").append([{"x": 1}])
     assert reader.version == 2
+
+
+def test_a_transaction_older_than_a_forced_expiry_cannot_commit_below_it(tmp_path: Path) -> None:
+    """Its next version was expired: putting there would succeed (the slot is free)
+    and land below the checkpoint every reader starts from, its rows lost."""
+    db = mere.connect(str(tmp_path / "db"))
+    db.create_table("t", pa.schema([("x", pa.int64())]))
+    db.table("t").append([{"x": 1}])
+    tx = db.transaction()
+    tx.table("t").append([{"x": 2}])
+    other = mere.connect(db.uri, create=False)
+    for i in range(5):
+        other.table("t").append([{"x": 100 + i}])
+    other.checkpoint()
+    other.expire(timedelta(0), force=True)  # force: "no transaction runs longer"
+    with pytest.raises(mere.VersionNotFound, match="expired"):
+        tx.commit()
+    assert not db.store.exists(commit_key(3))
+    assert sorted(other.table("t").scan().column("x").to_pylist()) == [1, 100, 101, 102, 103, 104]

@@ -108,7 +108,12 @@ class Log:
         version = start
         for _ in range(MAX_PROBES):
             if not self.store.exists(commit_key(version + 1)):
-                self.check_end(version, self.store.noted_version(LOG_PREFIX))
+                try:
+                    self.check_end(version, self.store.noted_version(LOG_PREFIX))
+                except VersionNotFound:
+                    if known is None:
+                        raise
+                    return self.latest_version()  # ``known`` was expired: discover afresh
                 if version - start > HINT_INTERVAL and (hint is None or hint < version):
                     self.write_latest_hint(version)  # the next reader need not probe as far
                 return version
@@ -131,12 +136,25 @@ class Log:
 
         Raises:
             CorruptLog: a gap at ``version + 1``.
+            VersionNotFound: ``version + 1`` was expired since this client saw
+                ``version`` (a transaction older than a forced expiry).
         """
         if noted is None or noted <= version or self.store.exists(commit_key(version + 1)):
             return
         error = self.missing_commit(version + 1)
-        if isinstance(error, CorruptLog) and not self.store.exists(commit_key(version + 1)):
+        if self.store.exists(commit_key(version + 1)):
+            return  # committed meanwhile: ``version`` was the end when probed
+        if isinstance(error, CorruptLog):
             raise error
+        later = self._first_commit_after(version + 1)
+        if later is not None:  # expired below ``later`` since this client was at ``version``
+            raise VersionNotFound(
+                f"version {version + 1} was expired (the oldest commit is now version "
+                f"{later} or below it): this client's state, at version {version}, is older "
+                "than the log; a commit on top of it would land where no reader looks",
+                help="start the transaction again; expire and vacuum with a retention longer "
+                "than any transaction runs (force=True skips that minimum)",
+            )
 
     @staticmethod
     def hint_due(version: int) -> bool:
