@@ -218,7 +218,8 @@ def cli(as_json: bool) -> None:
     URI is a local path, a file:// URI or a cloud URI (s3://, az://, gs://).
     The CLI never creates a database; only the maintenance commands (restore,
     compact, vacuum, expire, checkpoint, export, check --repair), verify and
-    sql (its statements) write.
+    sql (its statements) commit. Any command may refresh the latest-version
+    hint (_log/_latest), as every reader of mere does.
 
     \b
     Output:
