@@ -139,22 +139,21 @@ class Log:
             VersionNotFound: ``version + 1`` was expired since this client saw
                 ``version`` (a transaction older than a forced expiry).
         """
-        if noted is None or noted <= version or self.store.exists(commit_key(version + 1)):
+        missing = version + 1
+        if noted is None or noted <= version or self.store.exists(commit_key(missing)):
             return
-        error = self.missing_commit(version + 1)
-        if self.store.exists(commit_key(version + 1)):
-            return  # committed meanwhile: ``version`` was the end when probed
-        if isinstance(error, CorruptLog):
-            raise error
-        later = self._first_commit_after(version + 1)
-        if later is not None:  # expired below ``later`` since this client was at ``version``
-            raise VersionNotFound(
-                f"version {version + 1} was expired (the oldest commit is now version "
-                f"{later} or below it): this client's state, at version {version}, is older "
-                "than the log; a commit on top of it would land where no reader looks",
-                help="start the transaction again; expire and vacuum with a retention longer "
-                "than any transaction runs (force=True skips that minimum)",
-            )
+        later = self._first_commit_after(missing)  # listed first, then ``missing`` checked
+        if later is None or self.store.exists(commit_key(missing)):
+            return  # a note from elsewhere, or committed meanwhile: ``version`` was the end
+        if self._has_commit_below(missing):
+            raise _gap(missing, later)
+        raise VersionNotFound(
+            f"version {missing} was expired (the oldest commit is now version "
+            f"{later} or below it): this client's state, at version {version}, is older "
+            "than the log; a commit on top of it would land where no reader looks",
+            help="start the transaction again; expire and vacuum with a retention longer "
+            "than any transaction runs (force=True skips that minimum)",
+        )
 
     @staticmethod
     def hint_due(version: int) -> bool:
@@ -223,16 +222,7 @@ class Log:
                 return not_found
         except StorageError:  # cannot tell: the plain answer
             return not_found
-        error = CorruptLog(
-            commit_key(version),
-            f"the commit of version {version} is missing but later versions exist (the next "
-            f"is {later}): a gap in the log",
-        )
-        error.help = (
-            "put the missing commit file back from a backup; `mere check` lists every "
-            "defect of the log"
-        )
-        return error
+        return _gap(version, later)
 
     def _first_commit_after(self, version: int) -> int | None:
         """The smallest commit version above ``version``, or None."""
@@ -535,6 +525,19 @@ class Log:
         if hinted is None or hinted < version:
             self._write_hint(CHECKPOINT_HINT, version)
         return True
+
+
+def _gap(version: int, later: int) -> CorruptLog:
+    """The error for the commit of ``version`` missing below ``later``'s: a gap in the log."""
+    error = CorruptLog(
+        commit_key(version),
+        f"the commit of version {version} is missing but later versions exist (the next "
+        f"is {later}): a gap in the log",
+    )
+    error.help = (
+        "put the missing commit file back from a backup; `mere check` lists every defect of the log"
+    )
+    return error
 
 
 def _commit_id_of(data: bytes) -> str | None:

@@ -278,6 +278,10 @@ class LocalStore(ObjectStore):
         self._check_inside(key, path)
         return path
 
+    def _directory(self, prefix: str) -> str:
+        """The directory holding the keys under ``prefix`` (the root for ``""``)."""
+        return self._path(prefix.strip("/")) if prefix.strip("/") else self.root
+
     def _check_inside(self, what: str, path: str) -> None:
         """Raise InvalidKey unless ``path`` resolves to somewhere strictly inside the root.
 
@@ -472,9 +476,8 @@ class LocalStore(ObjectStore):
         handles: dict[str, _FileTurns] = self._turns.__dict__
         handle = handles.get(prefix)
         if handle is None or handle.pid != os.getpid():
-            directory = self._path(prefix.strip("/")) if prefix.strip("/") else self.root
             try:
-                handle = _FileTurns(directory)
+                handle = _FileTurns(self._directory(prefix))
             except OSError:
                 return None
             handles[prefix] = handle
@@ -483,9 +486,8 @@ class LocalStore(ObjectStore):
     def noted_version(self, prefix: str) -> int | None:
         if not self._takes_turns:
             return None
-        directory = self._path(prefix.strip("/")) if prefix.strip("/") else self.root
         try:
-            fd = os.open(os.path.join(directory, TURNS_FILE), os.O_RDONLY | _CLOEXEC)
+            fd = os.open(os.path.join(self._directory(prefix), TURNS_FILE), os.O_RDONLY | _CLOEXEC)
         except OSError:  # no writer took a turn here yet
             return None
         try:
@@ -504,7 +506,7 @@ class LocalStore(ObjectStore):
         :meth:`remove_temp_files` sweeps it once abandoned; the caller removes it.
         """
         check_prefix(prefix)
-        parent = self.root if not prefix.strip("/") else self._path(prefix.strip("/"))
+        parent = self._directory(prefix)
         name = f"{TEMP_PREFIX}{label}-{secrets.token_hex(8)}"
         path = os.path.join(parent, name)
         try:

@@ -345,7 +345,7 @@ class Committer:
                     time.sleep(poll)
                     poll = min(2 * poll, TURN_POLL_MAX_SECONDS)
         noted = turns.last_noted() if held else None
-        if held and noted == base.version:
+        if noted == base.version:
             return base  # no commit was made in a turn since base (Turns.last_noted)
         base = self.rebase_onto(base, self.log.read_forward(base.version + 1), footprint)
         self.log.check_end(base.version, noted)  # never fill a gap
