@@ -644,7 +644,7 @@ def _check_files(
                     where = data_file_location(db.store, table.meta, add)
                 except DataFileMissing:  # that store's root is gone
                     result.files_checked += 1
-                    result.findings.append(_missing_file(db, table.meta, add, latest))
+                    result.findings.append(_missing_file(table.meta, add, latest))
                     continue
                 live.setdefault(where, (table.meta, add))
     by_prefix: dict[tuple[ObjectStore, str], list[tuple[str, TableMeta, AddFile]]] = {}
@@ -660,7 +660,7 @@ def _check_files(
                     size = _head_size(store, key)  # the listing is only a fast path
                 result.files_checked += 1
                 if size is None:
-                    result.findings.append(_missing_file(db, meta, add, latest))
+                    result.findings.append(_missing_file(meta, add, latest))
                 elif size != add.size:
                     result.findings.append(
                         Finding(
@@ -693,7 +693,7 @@ def _check_files(
             advance(1)
 
 
-def _missing_file(db: DatabaseContext, meta: TableMeta, add: AddFile, latest: int) -> Finding:
+def _missing_file(meta: TableMeta, add: AddFile, latest: int) -> Finding:
     """A live data file that does not exist; repair drops those of the database's own store."""
     own = not is_external_path(add.path)
     return Finding(
