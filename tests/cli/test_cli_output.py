@@ -42,6 +42,31 @@ def test_json_value(value: object, expected: object) -> None:
     json.dumps(json_value(value), allow_nan=False)
 
 
+@pytest.mark.parametrize(
+    ("months", "days", "nanos", "expected"),
+    [  # DuckDB's text for the same interval (`SELECT (INTERVAL ...)::VARCHAR`)
+        (14, 0, 0, "1 year 2 months"),
+        (0, 1, 0, "1 day"),
+        (0, 2, 0, "2 days"),
+        (0, 0, -1_000_000_000, "-00:00:01"),
+        (0, 0, 0, "00:00:00"),
+        (14, 3, 14_706_789_000_000, "1 year 2 months 3 days 04:05:06.789"),
+        (-14, -3, 0, "-1 year -2 months -3 days"),
+        (0, 0, 1_000, "00:00:00.000001"),
+        (1, -1, 0, "1 month -1 day"),
+        (0, 0, 360_000_000_000_000, "100:00:00"),
+        (-11, 0, 0, "-11 months"),
+        (0, 0, -1_500_000_000, "-00:00:01.5"),
+        (0, 0, 7, "00:00:00.000000007"),
+    ],
+)
+def test_intervals_read_as_duckdb_prints_them(
+    months: int, days: int, nanos: int, expected: str
+) -> None:
+    value = pa.array([pa.MonthDayNano([months, days, nanos])]).to_pylist()[0]
+    assert json_value(value) == expected
+
+
 def test_iter_rows_handles_every_arrow_type() -> None:
     batch = pa.record_batch(
         {

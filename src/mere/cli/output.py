@@ -31,7 +31,8 @@ def json_value(value: Any) -> Any:
     """A Python value from Arrow as a JSON-encodable value.
 
     Dates, times and timestamps become ISO 8601 strings, decimals their exact
-    text (never an exponent), durations their text, binary base64, and
+    text (never an exponent), durations their text, intervals DuckDB's text
+    (:func:`interval_text`), binary base64, and
     non-finite floats the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``.
     Lists stay lists, structs objects, and maps lists of ``[key, value]`` pairs.
     """
@@ -51,11 +52,34 @@ def json_value(value: Any) -> Any:
         return str(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, pa.MonthDayNano):  # a tuple: before the lists
+        return interval_text(value.months, value.days, value.nanoseconds)
     if isinstance(value, Mapping):
         return {str(k): json_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [json_value(v) for v in value]
     return str(value)
+
+
+def interval_text(months: int, days: int, nanos: int) -> str:
+    """A month-day-nanosecond interval as DuckDB prints it: ``1 year 2 months 3 days 04:05:06.789``.
+
+    Each part keeps its own sign (``1 month -1 day``); the time part shows
+    when it is not zero or nothing else does, with hours past 24 as they are.
+    """
+    years = abs(months) // 12 * (1 if months >= 0 else -1)
+    parts = [
+        f"{n} {unit}{'' if abs(n) == 1 else 's'}"
+        for n, unit in ((years, "year"), (months - 12 * years, "month"), (days, "day"))
+        if n
+    ]
+    if nanos or not parts:
+        seconds, fraction = divmod(abs(nanos), 1_000_000_000)
+        minutes, seconds = divmod(seconds, 60)
+        hours, minutes = divmod(minutes, 60)
+        text = f"{'-' if nanos < 0 else ''}{hours:02d}:{minutes:02d}:{seconds:02d}"
+        parts.append(text + (f".{fraction:09d}".rstrip("0") if fraction else ""))
+    return " ".join(parts)
 
 
 def column_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:

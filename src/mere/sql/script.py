@@ -7,6 +7,7 @@ syntax. Nothing here formats values into SQL text.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -87,6 +88,13 @@ def split_script(text: str, params: Params = None) -> list[Statement]:
     return statements
 
 
+def _did_you_mean(word: str) -> str | None:
+    """A hint naming the statement keyword closest to a misspelt first word, if one is close."""
+    keywords = sorted((_QUERY_STARTS | _COMMANDS | _TRANSACTION) - {"("})
+    close = difflib.get_close_matches(word, keywords, n=1, cutoff=0.75)
+    return f"did you mean {close[0]}?" if close else None
+
+
 def _is_params(params: object) -> bool:
     return isinstance(params, Mapping) or isinstance(params, list | tuple)
 
@@ -111,6 +119,8 @@ def _classify(text: str, tokens: list[Token]) -> Statement:
         kind = "command"
     elif first in _TRANSACTION:
         kind = "transaction"
+    elif tokens[0].token_type in _NAME_TOKENS:  # not a keyword at all: a typo, say
+        raise SQLError(f'syntax error at or near "{tokens[0].text}"', help=_did_you_mean(first))
     else:
         raise UnsupportedSQL(
             f"{first} statements are not supported by mere's SQL",
