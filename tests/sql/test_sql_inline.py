@@ -8,6 +8,7 @@ pyarrow dataset registered beside the view. Every query must return what
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
@@ -17,6 +18,7 @@ from sql_helpers import rows
 from test_sql_queries import FILTERS, ODD, odd_rows
 
 import mere
+from mere.sql.errors import UnsupportedSQL
 from mere.sql.native import native_view
 
 SCHEMA = pa.schema([f for f in ODD if f.name != "f"])  # floats take the dataset path anyway
@@ -120,6 +122,28 @@ def test_half_float_columns_are_written_and_queried_as_real(
     got = db.sql("SELECT sum(x) AS s, count(x) AS n, max(id) AS m FROM h").to_pylist()
     assert got == [{"s": -0.75, "n": 2, "m": 3}]
     assert db.sql("SELECT x FROM h WHERE id = 3").schema.field("x").type == pa.float32()
+
+
+@pytest.mark.parametrize("inline_limit", [None, 65536])
+def test_wide_decimals_are_queried_or_refused_clearly(
+    tmp_path: Path, inline_limit: int | None
+) -> None:
+    """DuckDB reads no Arrow DECIMAL256: up to 38 digits SQL sees a DECIMAL128 (exact);
+    wider, a query of the table is an UnsupportedSQL naming the column, not DuckDB's error."""
+    db = mere.connect(tmp_path / "db", inline_limit=inline_limit)
+    values = [Decimal("123456789012345678901234567890.12"), None, Decimal("-0.50")]
+    db.create_table("n", pa.schema([("id", pa.int64()), ("x", pa.decimal256(38, 2))]))
+    db.table("n").append(pa.table({"id": [1, 2, 3], "x": pa.array(values, pa.decimal256(38, 2))}))
+    got = db.sql("SELECT id, x FROM n WHERE x < 0 OR x > 1 ORDER BY id").to_pylist()
+    assert got == [{"id": 1, "x": values[0]}, {"id": 3, "x": values[2]}]
+    assert db.sql("SELECT count(x) AS c FROM n").to_pylist() == [{"c": 2}]
+
+    db.create_table("w", pa.schema([("id", pa.int64()), ("x", pa.decimal256(40, 2))]))
+    wide = pa.array([Decimal("12345678901234567890123456789012345678.12")], pa.decimal256(40, 2))
+    db.table("w").append(pa.table({"id": [1], "x": wide}))
+    with pytest.raises(UnsupportedSQL, match=r"column 'x' of table 'w' is DECIMAL\(40, 2\)"):
+        db.sql("SELECT id FROM w")
+    assert db.table("w").scan(filter="x > 0").column("id").to_pylist() == [1]
 
 
 @pytest.mark.parametrize("column", [pa.string(), pa.float64()], ids=["duckdb-reader", "dataset"])

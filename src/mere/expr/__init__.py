@@ -18,7 +18,7 @@ users see it, is described in docs/filters.md. Every user-facing error is
 
 from __future__ import annotations
 
-from mere.expr.arrow import evaluate, filter_table, to_arrow
+from mere.expr.arrow import cast_values, evaluate, filter_table, to_arrow
 from mere.expr.ast import (
     And,
     Arith,
@@ -44,6 +44,7 @@ from mere.expr.parse import parse
 from mere.expr.skipping import ColumnRange, may_match, must_match, row_group_pushdown
 
 __all__ = [
+    "cast_values",
     "And",
     "Arith",
     "Cast",

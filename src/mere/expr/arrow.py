@@ -274,12 +274,34 @@ def cast_values(values: Any, src: pa.DataType, dst: pa.DataType, safe: bool = Tr
     """``values`` (a compute Expression or an Array) cast from ``src`` to ``dst``.
 
     ``safe`` casts (every user-written CAST) follow DuckDB: floating-point to integer
-    rounds half to even; decimal to integer, decimal to a smaller scale and
-    floating-point to decimal round half away from zero; values out of the target's
-    range (and NaN or infinity to an integer) fail. Unsafe casts are binding's
-    deliberate roundings (an integer compared with a float becomes the nearest float).
+    rounds half to even; decimal to integer, decimal to a smaller scale,
+    floating-point to decimal and a timestamp to a coarser unit round half away from
+    zero; an integer or decimal becomes the nearest float; a timestamp or time becomes DuckDB's
+    text (no trailing zeros in the fraction, a TIMESTAMPTZ in UTC as ``+00``);
+    values out of the target's range (and NaN or infinity to an integer) fail.
+    Unsafe casts are binding's deliberate roundings (an integer compared with a
+    float becomes the nearest float).
     """
     t = pa.types
+    if t.is_integer(src) and t.is_floating(dst):
+        return values.cast(dst, safe=False)  # the nearest float, past 2^53 too
+    if t.is_decimal(src) and dst in (pa.float32(), pa.float64()):
+        # Arrow's own cast scales in floating point (DECIMAL 1.005 -> 1.0050000000000001);
+        # through the exact text it is the nearest float, as in DuckDB.
+        return values.cast(pa.string()).cast(dst, safe=False)
+    if (t.is_timestamp(src) or t.is_time(src)) and _is_string(dst):
+        return _temporal_text(values, src).cast(dst)
+    if safe and t.is_timestamp(src) and t.is_timestamp(dst) and _UNITS[dst.unit] < _UNITS[src.unit]:
+        values = _round_to_unit(values, src, dst.unit)
+    elif safe and _is_string(src) and t.is_timestamp(dst) and dst.unit in ("s", "ms"):
+        fine = pa.timestamp("us", dst.tz)  # text finer than the unit rounds, as in DuckDB
+        values = _round_to_unit(values.cast(fine), fine, dst.unit)
+    elif safe and t.is_floating(src) and t.is_floating(dst) and dst.bit_width < src.bit_width:
+        if isinstance(values, pa.Array | pa.ChunkedArray):  # evaluated: check the range
+            narrow = values.cast(dst)
+            if pc.any(pc.and_(pc.is_finite(values), pc.invert(pc.is_finite(narrow)))).as_py():
+                raise pa.ArrowInvalid(f"a value is out of range for {dst} (beyond its largest)")
+            return narrow
     if safe and t.is_floating(src) and t.is_integer(dst):
         values = pc.round(values, round_mode="half_to_even")
     elif safe and t.is_decimal(src) and t.is_integer(dst):
@@ -301,6 +323,30 @@ def cast_values(values: Any, src: pa.DataType, dst: pa.DataType, safe: bool = Tr
     ):
         values = pc.utf8_trim_whitespace(values)  # DuckDB reads ' 12 ' as 12
     return values.cast(dst, safe=safe)
+
+
+#: Ticks per second of each timestamp unit.
+_UNITS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _round_to_unit(values: Any, src: pa.DataType, unit: str) -> Any:
+    """Timestamps of ``src`` rounded half away from zero to the coarser ``unit`` (as DuckDB)."""
+    ticks = values.cast(pa.int64())
+    per = _UNITS[src.unit] // _UNITS[unit]
+    half = pc.multiply(pc.sign(ticks).cast(pa.int64()), pa.scalar(per // 2, pa.int64()))
+    rounded = pc.divide(pc.add_checked(ticks, half), pa.scalar(per, pa.int64()))  # truncates
+    return rounded.cast(pa.timestamp(unit, src.tz))
+
+
+def _temporal_text(values: Any, src: pa.DataType) -> Any:
+    """A timestamp or time as DuckDB writes it: ``2024-01-01 12:00:00.9``, ``...+00`` for UTC."""
+    if pa.types.is_timestamp(src) and src.tz is not None:
+        values = values.cast(pa.timestamp(src.unit, "UTC"))  # written as ...Z
+    text = pc.replace_substring_regex(
+        values.cast(pa.string()), pattern=r"(\.\d*?)0+(Z?)$", replacement=r"\1\2"
+    )
+    text = pc.replace_substring_regex(text, pattern=r"\.(Z?)$", replacement=r"\1")
+    return pc.replace_substring_regex(text, pattern=r"Z$", replacement="+00")
 
 
 def _wider_decimal(values: Any, type_: pa.DataType) -> Any:

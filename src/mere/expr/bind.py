@@ -266,6 +266,50 @@ def _datetime_for(value: dt.datetime, type_: pa.DataType) -> dt.datetime:
     return value
 
 
+def _rounded_to(value: dt.datetime, unit: str) -> dt.datetime:
+    """``value`` rounded half away from zero to a unit of seconds or milliseconds, as
+    DuckDB reads timestamp text into such a type (finer units hold it as it is)."""
+    per = {"s": 1_000_000, "ms": 1_000}.get(unit)
+    if per is None:
+        return value
+    below = value.microsecond % per
+    value -= dt.timedelta(microseconds=below)
+    before_epoch = value.replace(tzinfo=None) < _EPOCH
+    if 2 * below > per or (2 * below == per and not before_epoch):
+        value += dt.timedelta(microseconds=per)
+    return value
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+_BLOB_HELP = "compare the BLOB with a BLOB literal instead: bn = 'a\\x00b'::BLOB"
+_BLOB_ESCAPE = re.compile(r"\\x([0-9A-Fa-f]{2})")
+
+
+def blob_from_text(text: str) -> bytes:
+    """BLOB text as DuckDB reads it: ASCII characters, and ``\\xHH`` for any byte."""
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        if text[i] == "\\":
+            match = _BLOB_ESCAPE.match(text, i)
+            if match is None:
+                raise ValueError(
+                    f"invalid escape in BLOB text {text!r}: a backslash starts \\xHH "
+                    "(two hex digits; '\\x5C' is a backslash)"
+                )
+            out.append(int(match.group(1), 16))
+            i = match.end()
+        elif ord(text[i]) < 128:
+            out.append(ord(text[i]))
+            i += 1
+        else:
+            raise ValueError(
+                f"BLOB text {text!r} holds a non-ASCII character: write bytes past 0x7F "
+                "as \\xHH escapes"
+            )
+    return bytes(out)
+
+
 def _fits_unit(value: dt.datetime, unit: str) -> bool:
     if unit == "s":
         return value.microsecond == 0
@@ -280,11 +324,11 @@ def _parse_text_as(text: str, type_: pa.DataType) -> Any:
     if cat == "date":
         return dt.date.fromisoformat(text.strip())
     if cat == "timestamp":
-        return _datetime_for(parse_timestamp(text), type_)
+        return _datetime_for(_rounded_to(parse_timestamp(text), type_.unit), type_)
     if cat == "time":
         return dt.time.fromisoformat(text.strip())
     if cat == "binary":
-        return text.encode("utf-8")
+        return blob_from_text(text)
     if cat == "string":
         return text
     raise TypeError
@@ -729,6 +773,7 @@ class _Binder:
     def _cast(self, node: ast.Cast) -> ast.Expr:
         operand = self.bind(node.operand)
         assert operand.type is not None
+        self._check_text_cast(operand, node.to, node)
         if isinstance(operand, ast.Literal):
             return cast_literal(operand, node.to, context=to_sql(node))
         try:
@@ -740,6 +785,27 @@ class _Binder:
                 help="casts between numbers, strings, booleans, dates and timestamps are supported",
             )
         return ast.Cast(operand, node.to, node.safe, node.to)
+
+    def _check_text_cast(self, operand: ast.Expr, to: pa.DataType, node: ast.Cast) -> None:
+        """Refuse the casts to and from text whose answers would differ from DuckDB's.
+
+        DuckDB writes a BLOB's bytes as ``\\xHH`` escapes and reads them back, and
+        writes floats in its own shortest form (``10000000000.0`` where Arrow
+        writes ``1e+10``); Arrow does neither. A BLOB literal's text is read as
+        DuckDB reads it (:func:`blob_from_text`).
+        """
+        src, dst = category(operand.type), category(to)
+        if src == "binary" and dst == "string":
+            self.fail("a cast of a BLOB to text", node, help=_BLOB_HELP)
+        if src == "string" and dst == "binary" and not isinstance(operand, ast.Literal):
+            self.fail("a cast of text to a BLOB (except a literal)", node, help=_BLOB_HELP)
+        if src == "float" and dst == "string":
+            self.fail(
+                f"a cast of {type_sql(operand.type)} to text",
+                node,
+                help="its text differs between DuckDB and Arrow (1e+10 against "
+                "10000000000.0): compare the number itself",
+            )
 
     def _func(self, node: ast.Func) -> ast.Expr:
         args = [self.bind(a) for a in node.args]

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.types as pat
 
 from mere import expr as sqlexpr
 from mere.errors import InvalidExpression, SchemaMismatch
@@ -111,27 +110,23 @@ def _bind_assignment(column: str, text: str, schema: pa.Schema) -> sqlexpr.Expr:
 def assign_values(
     column: str, target: pa.DataType, values: pa.Array | pa.ChunkedArray
 ) -> pa.ChunkedArray:
-    """SQL assignment: cast to the column type, rounding decimals, refusing overflow."""
+    """SQL assignment: cast to the column type as DuckDB does, refusing overflow.
+
+    The cast is the one a user-written CAST evaluates (:func:`~mere.expr.cast_values`):
+    decimals and floats round as in DuckDB, a timestamp rounds to a coarser unit,
+    and a value beyond the column type's range is a SchemaMismatch.
+    """
     if isinstance(values, pa.Array):
         values = pa.chunked_array([values])
     if values.type == target:
         return values
     try:
-        return values.cast(target, safe=True)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as first:
-        if pat.is_decimal(target) and (pat.is_floating(values.type) or pat.is_decimal(values.type)):
-            try:
-                return pc.round(values, target.scale).cast(target, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                pass
-        if pat.is_integer(target) and pat.is_floating(values.type):
-            try:
-                return pc.round(values).cast(target, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                pass
+        cast = sqlexpr.cast_values(values, values.type, target, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise SchemaMismatch(
-            f"values for column {column!r} ({values.type}) do not fit its type {target}: {first}"
+            f"values for column {column!r} ({values.type}) do not fit its type {target}: {exc}"
         ) from None
+    return cast if isinstance(cast, pa.ChunkedArray) else pa.chunked_array([cast])
 
 
 def literal_value(column: str, target: pa.DataType, value: Any) -> pa.Scalar:

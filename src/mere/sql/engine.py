@@ -30,7 +30,7 @@ from mere.errors import MissingDependency
 from mere.log.actions import AddFile, TableMeta
 from mere.schema import physical_name
 from mere.snapshot.dataset import has_renamed_columns, inlined_table, physical_dataset
-from mere.sql.errors import SQLError
+from mere.sql.errors import SQLError, UnsupportedSQL
 from mere.sql.native import inlined_files, native_view
 from mere.sql.script import Statement, quote_identifier, tokenize
 from mere.storage.base import ObjectStore
@@ -139,11 +139,29 @@ def register(
 
 
 def _readable_by_duckdb(meta: TableMeta) -> TableMeta:
-    """``meta`` with half floats read as REAL: DuckDB has no Arrow half float, and
-    float32 holds each one exactly (the dataset casts as it reads)."""
-    if not any(pa.types.is_float16(f.type) for f in meta.schema):
+    """``meta`` with the types DuckDB cannot take from Arrow replaced by ones that hold
+    every value exactly (the dataset casts as it reads): half floats as REAL, a
+    256-bit DECIMAL of at most 38 digits as a 128-bit one.
+
+    Raises:
+        UnsupportedSQL: a DECIMAL wider than DuckDB's 38 digits.
+    """
+    fields = []
+    for f in meta.schema:
+        if pa.types.is_float16(f.type):
+            f = f.with_type(pa.float32())
+        elif pa.types.is_decimal256(f.type):
+            if f.type.precision > 38:
+                raise UnsupportedSQL(
+                    f"column {f.name!r} of table {meta.name!r} is DECIMAL({f.type.precision}, "
+                    f"{f.type.scale}): SQL holds at most 38 digits",
+                    help=f"read {meta.name!r} with db.table({meta.name!r}).scan(), whose "
+                    "filters take any DECIMAL",
+                )
+            f = f.with_type(pa.decimal128(f.type.precision, f.type.scale))
+        fields.append(f)
+    if fields == list(meta.schema):
         return meta
-    fields = [f.with_type(pa.float32()) if pa.types.is_float16(f.type) else f for f in meta.schema]
     return dataclasses.replace(meta, schema=pa.schema(fields, metadata=meta.schema.metadata))
 
 
