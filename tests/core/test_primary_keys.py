@@ -154,6 +154,42 @@ def test_inserts_of_different_keys_rebase(db: mere.Database, isolation: str) -> 
     assert [k for k, _ in content(db.table("t"))] == [1, 2, 20, 21]
 
 
+def _skip_existing(tx: mere.Transaction) -> None:
+    assert tx.table("t").append(rows((2, "mine")), on_duplicate="skip") == 0
+
+
+def _fail_on_existing(tx: mere.Transaction) -> None:
+    with pytest.raises(mere.DuplicateKey):
+        tx.table("t").append(rows((2, "mine")))  # caught: the transaction goes on
+
+
+@pytest.mark.parametrize("isolation", ["write_serializable", "serializable"])
+@pytest.mark.parametrize("finds_key", [_skip_existing, _fail_on_existing], ids=["skip", "fail"])
+def test_finding_a_key_present_is_a_read(db: mere.Database, isolation: str, finds_key) -> None:
+    """A statement whose outcome turned on a key being present read that row: a
+    concurrent delete of it conflicts, as for any read (a write skew otherwise)."""
+    db.create_table("other", pa.schema([("n", pa.int64())]))
+    mine = db.transaction(isolation)  # type: ignore[arg-type]
+    finds_key(mine)
+    db.table("t").delete("id = 2")
+    mine.table("other").append([{"n": 1}])
+    with pytest.raises(mere.ConcurrentDeleteRead, match="'t'"):
+        mine.commit()
+    assert db.table("other").scan().num_rows == 0
+
+
+def test_finding_keys_absent_keeps_an_insert_blind(db: mere.Database) -> None:
+    """Keys found absent are covered by the inserted keys' own check: the insert stays a
+    blind append, which a concurrent reader of other rows does not conflict with."""
+    reader = db.transaction("write_serializable")
+    assert reader.table("t").scan(filter="id = 1").num_rows == 1
+    reader.table("t").append(rows((30, "r")))
+    db.table("t").append(rows((31, "w")), on_duplicate="skip")
+    db.table("t").append(rows((32, "w")))
+    reader.commit()
+    assert [k for k, _ in content(db.table("t"))] == [1, 2, 30, 31, 32]
+
+
 def _upsert_worker(uri: str, seed: int, rounds: int, done: multiprocessing.Queue) -> None:
     rng = random.Random(seed)
     db = mere.connect(uri, create=False)

@@ -30,6 +30,8 @@ against the read's filter, so writers of disjoint keys do not conflict.
 Removals that are not data changes (compaction) never invalidate a read.
 "A primary key we insert" is judged from the winner's added files: their
 statistics on the first key column, then their key columns (mere.txn.keys).
+Finding keys present (an upsert skipping them, an insert failing on them) is a
+read of the files that may hold them (Stage.keys_present).
 If no rule fires the transaction rebases onto the winner and retries.
 """
 

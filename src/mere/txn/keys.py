@@ -195,16 +195,18 @@ def key_counts(
     own: Sequence[AddFile] = (),
     select: Selector | None = None,
     held: Sequence[pa.Table] = (),
+    seen: list[str] | None = None,
 ) -> pa.Table:
     """How many rows of ``files`` (committed), ``own`` and ``held`` hold each value of ``keys``.
 
-    Values no row holds are left out. ``select``: see :func:`candidate_keys`;
-    ``held``: key rows already in memory (files this transaction wrote).
+    Values no row holds are left out. ``select`` and ``seen``: see
+    :func:`candidate_keys`; ``held``: key rows already in memory (files this
+    transaction wrote).
     """
     columns = keys.column_names
     if keys.num_rows == 0:
         return pa.table({**{c: keys.column(c).slice(0, 0) for c in columns}, "count_all": []})
-    found = [candidate_keys(store, meta, files, keys, own=own, select=select)]
+    found = [candidate_keys(store, meta, files, keys, own=own, select=select, seen=seen)]
     found += [h.select(columns).cast(keys.schema) for h in held]
     return _counted(semi_join(pa.concat_tables(found), keys))
 
@@ -218,11 +220,12 @@ def present_keys(
     own: Sequence[AddFile] = (),
     select: Selector | None = None,
     held: Sequence[pa.Table] = (),
+    seen: list[str] | None = None,
 ) -> pa.Table:
     """The values of ``keys`` that rows of ``files`` (committed), ``own`` or ``held`` hold."""
     if keys.num_rows == 0:
         return keys.slice(0, 0)
-    found = [candidate_keys(store, meta, files, keys, own=own, select=select)]
+    found = [candidate_keys(store, meta, files, keys, own=own, select=select, seen=seen)]
     found += [h.select(keys.column_names).cast(keys.schema) for h in held if h.num_rows]
     if not any(f.num_rows for f in found):
         return keys.slice(0, 0)
@@ -237,6 +240,7 @@ def candidate_keys(
     *,
     own: Sequence[AddFile] = (),
     select: Selector | None = None,
+    seen: list[str] | None = None,
 ) -> pa.Table:
     """Key columns of the rows of ``files`` and ``own`` that may hold one of ``keys``.
 
@@ -246,7 +250,9 @@ def candidate_keys(
     the committed files the plan's statistics admit in place of checking
     ``files`` one by one (the stage's vectorized choice over the snapshot).
     The cached filters of all admitted files are probed at once
-    (:func:`mere.data.keyfilter.probe`).
+    (:func:`mere.data.keyfilter.probe`). ``seen``, if given, gets the paths of
+    the committed files statistics admitted: those a row holding one of
+    ``keys`` may be in (a reader records them, mere.txn.conflicts).
     """
     if keys.num_rows == 0:
         return keys.slice(0, 0)
@@ -256,6 +262,8 @@ def candidate_keys(
         admitted = select(ranged.for_candidates(), keys)
     else:
         admitted = Candidates.of(ranged.plan.select(files))
+    if seen is not None:
+        seen.extend(admitted.paths)
     every = range(len(admitted.paths))
     if keys.num_rows > FILTER_MAX_KEYS:  # most files would pass their filters anyway
         return _scan_keys(store, ranged.plan, read + admitted.take(every), keys)
