@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -182,3 +183,83 @@ def test_restore_starts_over_when_a_concurrent_commit_changes_a_table(
     db.restore(target)
     assert len(attempts) == 2  # the first attempt conflicted
     assert ids_of(mere.connect(db_uri, create=False).table("events")) == [1]
+
+
+def _vacuum_candidate(db_uri: str) -> tuple[mere.Database, int]:
+    """A database whose version ``old`` reads a file no later version references."""
+    db = mere.connect(db_uri)
+    db.create_table("events", EVENTS)
+    db.table("events").append(events(range(100)))
+    old = db.version
+    db.table("events").delete("id >= 0")
+    db.table("events").append(events([500]))
+    return db, old
+
+
+def test_a_restore_waits_for_a_vacuum_batch_it_raced_and_refuses_what_it_deleted(
+    db_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch read the log before the restore committed: the restore must not
+    commit a version whose file that batch then deletes (it waits for the batch's
+    mark, finds the file gone, commits nothing)."""
+    db, old = _vacuum_candidate(db_uri)
+    vacuum_module = importlib.import_module("mere.maintain.vacuum")
+    kept_keys = vacuum_module.kept_keys
+    batch_read_log, may_delete = threading.Event(), threading.Event()
+
+    def pause_after_reading_the_log(*args: Any) -> Any:
+        kept = kept_keys(*args)  # the log and the keep marks read: no restore in either
+        batch_read_log.set()
+        assert may_delete.wait(60)
+        return kept
+
+    monkeypatch.setattr(vacuum_module, "kept_keys", pause_after_reading_the_log)
+    vacuumed: list[Any] = []
+    runner = threading.Thread(
+        target=lambda: vacuumed.append(vacuum(db, timedelta(hours=1), now=time.time() + 7200))
+    )
+    runner.start()
+    assert batch_read_log.wait(60)
+    other = mere.connect(db_uri, create=False)
+    outcome: list[BaseException | int] = []
+
+    def restore_now() -> None:
+        try:
+            outcome.append(other.restore(old).version)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    restorer = threading.Thread(target=restore_now)
+    restorer.start()
+    restorer.join(0.5)  # the restore waits for the batch's mark (or has not got there)
+    may_delete.set()
+    runner.join(60)
+    restorer.join(60)
+    assert vacuumed and vacuumed[0].files_deleted >= 1
+    assert len(outcome) == 1 and isinstance(outcome[0], DataFileMissing), outcome
+    fresh = mere.connect(db_uri, create=False)
+    assert ids_of(fresh.table("events")) == [500]  # the latest version reads
+    assert fresh.check().clean
+
+
+def test_a_vacuum_spares_what_a_running_restore_is_adding_back(
+    db_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch marked after the restore started reads its keep mark and spares its files."""
+    db, old = _vacuum_candidate(db_uri)
+    other = mere.connect(db_uri, create=False)
+    check = restore_module._check_files_exist
+    runs: list[Any] = []
+
+    def vacuum_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        if not runs:
+            runs.append(vacuum(other, timedelta(hours=1), now=time.time() + 7200))
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(restore_module, "_check_files_exist", vacuum_meanwhile)
+    restored = db.restore(old)
+    assert runs and runs[0].files_deleted == 0
+    fresh = mere.connect(db_uri, create=False)
+    assert fresh.version == restored.version
+    assert ids_of(fresh.table("events")) == list(range(100))
+    assert fresh.check().clean

@@ -32,6 +32,14 @@ batch whose log read missed the export was marked before the exporter looked,
 so the exporter sees the mark (and waits for it to go, then checks that its
 files are still there), or the batch had already ended and the check finds
 what it deleted.
+
+**Keep marks** do the same for a restore, which adds old files back: it writes
+a mark under ``_keeping/`` naming them, *then* lists the deletion marks (waits
+for those naming its files to go), checks its files exist, commits, and
+removes its mark; a batch spares every key a keep mark names, listing them
+after its log read. A batch that listed the keep marks before the restore's
+was written was marked before the restore looked at the deletion marks: the
+restore waits for it, then finds what it deleted, and commits nothing.
 """
 
 from __future__ import annotations
@@ -67,6 +75,8 @@ if TYPE_CHECKING:
 
 #: Where vacuum and expiry mark the batch of keys they are about to delete.
 DELETING_PREFIX = "_deleting/"
+#: Where a restore marks the old data files it is adding back (none may be deleted).
+KEEPING_PREFIX = "_keeping/"
 #: How long an exporter waits for a marked batch that holds what it keeps to end
 #: (it fails cleanly after that: a liveness bound, not a safety one).
 MARK_WAIT_SECONDS = 60.0
@@ -248,12 +258,13 @@ class LogWatch:
         return commits
 
 
-# --- deletion marks (docs/format.md §11.9) ----------------------------------------------------
+# --- deletion and keep marks (docs/format.md §11.9) -------------------------------------------
 
 
 @dataclass(frozen=True)
 class DeletionMark:
-    """A batch of keys a vacuum or expiry run is deleting (or was, if it was killed)."""
+    """A batch of keys a run is deleting (vacuum, expire) or keeping (restore), or was, if
+    it was killed."""
 
     key: str
     verb: str
@@ -265,13 +276,28 @@ class DeletionMark:
 def marked_deletion(db: DatabaseContext, verb: str, keys: Iterable[str]) -> Iterator[None]:
     """Mark ``keys`` as being deleted for the duration of the block.
 
-    The caller reads the log *inside* the block, after the mark exists, and
-    only then deletes: an export committed before that read is seen; one
-    committed after it finds the mark. The mark is removed only when the block
-    ends normally or with an error (a killed run leaves it: it blocks exports
-    of its keys until :func:`sweep_stale_marks` removes it).
+    The caller reads the log *inside* the block, after the mark exists, then
+    the keep marks (:func:`kept_keys`), and only then deletes: an export or a
+    restore committed before that read is seen; one committed after it finds
+    the mark. The mark is removed only when the block ends normally or with an
+    error (a killed run leaves it: it blocks exports of its keys until
+    :func:`sweep_stale_marks` removes it).
     """
-    mark = f"{DELETING_PREFIX}{uuid.uuid4().hex}.json"
+    with _marked(db, DELETING_PREFIX, verb, keys):
+        yield
+
+
+@contextmanager
+def marked_keeping(db: DatabaseContext, verb: str, keys: Iterable[str]) -> Iterator[None]:
+    """Mark ``keys`` as being added back (a restore) for the duration of the block: no
+    batch of deletions that lists the keep marks after this one exists deletes them."""
+    with _marked(db, KEEPING_PREFIX, verb, keys):
+        yield
+
+
+@contextmanager
+def _marked(db: DatabaseContext, prefix: str, verb: str, keys: Iterable[str]) -> Iterator[None]:
+    mark = f"{prefix}{uuid.uuid4().hex}.json"
     body = {"verb": verb, "createdTime": int(time.time() * 1000), "keys": sorted(keys)}
     db.store.put_if_absent(mark, json.dumps(body).encode())
     try:
@@ -285,9 +311,19 @@ def marked_deletion(db: DatabaseContext, verb: str, keys: Iterable[str]) -> Iter
 
 
 def deletion_marks(db: DatabaseContext) -> list[DeletionMark]:
-    """The marks present now (one listing, one get per mark; a mark gone meanwhile is skipped)."""
+    """The deletion marks present now (one listing, one get per mark)."""
+    return _marks(db, DELETING_PREFIX)
+
+
+def kept_keys(db: DatabaseContext) -> set[str]:
+    """Every key a keep mark present now names (a restore adding old files back)."""
+    return {key for mark in _marks(db, KEEPING_PREFIX) for key in mark.keys}
+
+
+def _marks(db: DatabaseContext, prefix: str) -> list[DeletionMark]:
+    """The marks under ``prefix`` now (a mark gone meanwhile is skipped)."""
     marks = []
-    for meta in db.store.list(DELETING_PREFIX):
+    for meta in db.store.list(prefix):
         try:
             body = json.loads(db.store.get(meta.key))
         except ObjectNotFound:
@@ -338,11 +374,16 @@ def await_marks(
 def sweep_stale_marks(db: DatabaseContext, older_than: float, *, dry_run: bool) -> int:
     """Remove the marks last modified before ``older_than`` (seconds since the epoch).
 
-    A batch of deletions takes far less than the minimum retention, which is
-    longer than any transaction runs; a mark older than that was left by a
-    killed run.
+    A batch of deletions, or a restore's check and commit, takes far less than
+    the minimum retention, which is longer than any transaction runs; a mark
+    older than that was left by a killed run.
     """
-    stale = [m.key for m in db.store.list(DELETING_PREFIX) if m.modified < older_than]
+    stale = [
+        m.key
+        for prefix in (DELETING_PREFIX, KEEPING_PREFIX)
+        for m in db.store.list(prefix)
+        if m.modified < older_than
+    ]
     if not dry_run:
         for key in stale:
             db.store.delete(key)

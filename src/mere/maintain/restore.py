@@ -26,22 +26,29 @@ restore then starts over from the new latest version (a few times).
 
 Every file to add back is checked first: if vacuum deleted it, the restore
 fails with :class:`~mere.maintain.common.DataFileMissing` and commits nothing.
-A vacuum running concurrently spares files that commits landing during its
-run add back, but restoring a version older than the vacuum retention while a
-vacuum runs is still best avoided.
+A vacuum running concurrently never deletes a file the restore commits: the
+restore marks the files under ``_keeping/`` first (which every later batch of
+deletions spares), waits for the batches already marked that name one of them,
+and only then checks that they exist and commits (docs/format.md §11.9).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from mere.data.external import data_file_location, data_file_name
 from mere.errors import ConflictError, InvalidArgument, ObjectNotFound, TableNotFound
 from mere.log.actions import AddFile, TableMeta
-from mere.maintain.common import DataFileMissing
+from mere.maintain.common import (
+    MARK_WAIT_SECONDS,
+    DataFileMissing,
+    await_marks,
+    marked_keeping,
+)
 from mere.maintain.progress import progress
 from mere.names import check_table_name
 from mere.snapshot.state import DatabaseState, TableState
@@ -102,8 +109,12 @@ def restore(
     for attempt in range(1, RESTORE_ATTEMPTS + 1):
         tx = db.begin("serializable")
         try:
-            result = _stage(db, tx, old, tables)
-            result.version = tx.commit()
+            result, to_add = _stage(db, tx, old, tables)
+            keys = _own_keys(db, to_add)
+            with marked_keeping(db, "restore", keys) if keys else nullcontext():
+                _await_deletions(db, old.version, keys)
+                _check_files_exist(db, old.version, to_add)
+                result.version = tx.commit()
             return result
         except ConflictError:
             tx.abort()
@@ -117,8 +128,12 @@ def restore(
 
 def _stage(
     db: DatabaseContext, tx: Transaction, old: DatabaseState, tables: Sequence[str] | None
-) -> RestoreResult:
-    """Stage in ``tx`` the changes that make the chosen tables equal to ``old``."""
+) -> tuple[RestoreResult, list[tuple[TableMeta, list[AddFile]]]]:
+    """Stage in ``tx`` the changes that make the chosen tables equal to ``old``.
+
+    Returns the result so far and the files added back (by table), which the
+    caller checks before it commits.
+    """
     now = tx.read_state
     result = RestoreResult(restored_version=old.version, version=tx.read_version)
     if tables is None:
@@ -174,7 +189,6 @@ def _stage(
         result.files_removed += len(removed)
         result.rows_removed += sum(f.rows for f in removed)
 
-    _check_files_exist(db, old.version, to_add)
     for meta, adds in to_add:
         # Re-added files change the table's rows, even if a compaction first wrote them.
         # Files of an older version: never deleted by this transaction, whatever happens.
@@ -190,7 +204,39 @@ def _stage(
     names = sorted({*result.tables_restored, *result.tables_recreated, *result.tables_dropped})
     # One operation for the whole commit: commitInfo says RESTORE {version, tables}.
     tx.stage.set_operations([{"operation": "RESTORE", "version": old.version, "tables": names}])
-    return result
+    return result, to_add
+
+
+def _own_keys(db: DatabaseContext, to_add: list[tuple[TableMeta, list[AddFile]]]) -> set[str]:
+    """The keys in this database's store of the files to add back (not inlined, not an
+    export's files in its source)."""
+    keys = set()
+    for meta, adds in to_add:
+        for add in adds:
+            if add.inline is None:
+                holder, key = data_file_location(db.store, meta, add)
+                if holder is db.store:
+                    keys.add(key)
+    return keys
+
+
+def _await_deletions(db: DatabaseContext, version: int, keys: set[str]) -> None:
+    """Wait until no running batch of deletions names one of ``keys`` (its run may have
+    read the log before this restore commits: what it deleted is then found missing).
+
+    Raises:
+        DataFileMissing: such a batch is still running after ``MARK_WAIT_SECONDS``.
+    """
+    if not keys:
+        return
+    try:
+        await_marks(db, lambda mark: not keys.isdisjoint(mark.keys), MARK_WAIT_SECONDS)
+    except TimeoutError as exc:
+        raise DataFileMissing(
+            f"cannot restore version {version}: a vacuum is deleting files it needs ({exc})",
+            help="retry when that vacuum has ended (the mark of a killed run is removed by "
+            "the next vacuum once older than the minimum retention)",
+        ) from None
 
 
 def _record_read(tx: Transaction, table: TableState) -> None:

@@ -18,7 +18,9 @@ Files are referenced again only by commits, so the set of referenced files is
 the live files of the oldest retained version plus every file added by a later
 commit. Commits that land while vacuum runs are read before each batch of
 deletions, and files they add are spared; that also covers a concurrent
-restore re-adding an old file.
+restore re-adding an old file: a restore marks the files it adds back under
+``_keeping/`` before it checks them, and each batch spares what those marks
+name (:func:`~mere.maintain.common.marked_keeping`).
 
 Files a live ``minimal``, ``partial`` or ``tag`` export shares
 (:mod:`mere.maintain.export`) are kept whatever the retention, until the
@@ -54,6 +56,7 @@ from mere.maintain.common import (
     LogWatch,
     Protection,
     check_retention,
+    kept_keys,
     marked_deletion,
     minimum_retention,
     now_seconds,
@@ -180,8 +183,9 @@ def vacuum(
                 for commit in commits:
                     referenced.update(_added(commit.actions))  # a restore re-adding a file
                 protection.add_commits(commits)
+                restoring = kept_keys(db)  # a restore adding a file back, not yet committed
                 for key, size in batch:
-                    if spared(key):
+                    if spared(key) or data_key_of(key) in restoring:
                         continue
                     db.store.delete(key)
                     deleted.append((key, size))
