@@ -385,6 +385,26 @@ def test_a_missing_data_file_is_found_and_repaired_by_a_forward_commit(store: Ob
     assert all(store.exists(commit_key(v)) for v in range(LATEST + 1))  # history untouched
 
 
+def test_a_missing_file_a_tag_keeps_is_found_and_left_alone(store: ObjectStore) -> None:
+    """A tag promises its version stays readable: a file only it keeps is checked too."""
+    db = fresh(store)
+    db.tag("keep")
+    victim = live_file_keys(store)[0]
+    db.table("t").delete("x >= 0")
+    db.table("t").append([{"x": 9}])
+    store.delete(victim)
+    with pytest.raises(mere.DataFileMissing):
+        fresh(store).snapshot(version="keep").table("t").scan()
+    before = fresh(store).version
+    result = fresh(store).check(repair=True)
+    missing = only(result, "MISSING_FILE")
+    assert missing.key == victim and missing.version == LATEST and not missing.repairable
+    assert "kept by tag 'keep' at version 7" in missing.message
+    assert not missing.repaired and kinds(result) == ["MISSING_FILE"]
+    assert fresh(store).version == before  # nothing to repair by a commit
+    assert result.files_checked == 1 + 6  # the latest version's file, the tag's six
+
+
 def test_missing_files_of_several_tables_are_one_repair_commit(store: ObjectStore) -> None:
     db = fresh(store)
     db.create_table("u", X)

@@ -9,6 +9,7 @@ from maintain_helpers import EVENTS, events, ids_of, wait_a_little
 
 import mere
 from mere.log.keys import (
+    LATEST_HINT,
     LOG_PREFIX,
     checkpoint_key,
     commit_key,
@@ -106,6 +107,16 @@ def test_expire_everything_but_the_latest(db_uri: str) -> None:
     # Expiring again changes nothing.
     again = expire(db, timedelta(0), force=True)
     assert again.commits_deleted == 0 and again.checkpoint_written is None
+
+
+def test_expiring_the_version_the_hint_names_moves_the_hint(db_uri: str) -> None:
+    """Readers would list the log until one rewrote it, and check called it damaged."""
+    db = mere.connect(db_uri, checkpoint_interval=100)
+    build(db, 9)  # the writer of version 8 wrote the hint
+    assert Log(db.store)._read_hint(LATEST_HINT) == 8
+    expire(db, timedelta(0), force=True)
+    assert Log(db.store)._read_hint(LATEST_HINT) == db.version
+    assert db.check().clean
 
 
 def test_dry_run_deletes_and_writes_nothing(db_uri: str) -> None:

@@ -179,6 +179,13 @@ class Log:
             value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
         )
 
+    def move_hint_above(self, oldest: int, version: int) -> None:
+        """Point the latest-version hint at ``version`` if it names one below ``oldest``
+        (expired: every reader would list the log until a reader rewrote it)."""
+        hint = self._read_hint(LATEST_HINT)
+        if hint is not None and hint < oldest:
+            self.write_latest_hint(version)
+
     def write_latest_hint(self, version: int) -> None:
         """Best effort: a failure only makes the next reader probe a little further."""
         self._write_hint(LATEST_HINT, version)

@@ -18,7 +18,9 @@ one :class:`Finding`:
   the size the log records (``WRONG_SIZE``), in the database's own store or,
   in an export's target, in its source's (format §11.6); every inlined one
   decodes (``CORRUPT_INLINED``); if the latest version cannot be read at all
-  its files are not checked (``UNREADABLE``);
+  its files are not checked (``UNREADABLE``); so do the files a live tag or
+  ``minimal``/``partial`` export keeps at its version (which must stay
+  readable: not repairable by a commit);
 * the hints are sane (``BAD_HINT``): ``_log/_latest`` readable, naming a
   commit that exists, not beyond the log and not below a gap (discovery would
   stop there and the next writer would commit into the gap);
@@ -67,7 +69,14 @@ from mere.errors import (
     StorageError,
     VersionNotFound,
 )
-from mere.log.actions import AddFile, Commit, TableMeta, decode_commit, is_external_path
+from mere.log.actions import (
+    AddFile,
+    Commit,
+    Export,
+    TableMeta,
+    decode_commit,
+    is_external_path,
+)
 from mere.log.columns import FileLayout, adds_to_columns, columns_to_adds
 from mere.log.keys import (
     CHECKPOINT_HINT,
@@ -77,6 +86,7 @@ from mere.log.keys import (
     commit_key,
     parse_log_key,
 )
+from mere.maintain.common import exported_tables, shared_files
 from mere.maintain.progress import Advance, progress
 from mere.snapshot.loader import load_state
 from mere.snapshot.state import DatabaseState
@@ -647,6 +657,7 @@ def _check_files(
                     result.findings.append(_missing_file(table.meta, add, latest))
                     continue
                 live.setdefault(where, (table.meta, add))
+    kept = _kept_by_exports(db, result, states[0], live)
     by_prefix: dict[tuple[ObjectStore, str], list[tuple[str, TableMeta, AddFile]]] = {}
     for (store, key), (meta, add) in live.items():
         prefix = "/".join(key.split("/")[:2]) + "/"  # tables/<table id>/
@@ -660,7 +671,7 @@ def _check_files(
                     size = _head_size(store, key)  # the listing is only a fast path
                 result.files_checked += 1
                 if size is None:
-                    result.findings.append(_missing_file(meta, add, latest))
+                    result.findings.append(_missing_file(meta, add, latest, kept.get((store, key))))
                 elif size != add.size:
                     result.findings.append(
                         Finding(
@@ -693,8 +704,70 @@ def _check_files(
             advance(1)
 
 
-def _missing_file(meta: TableMeta, add: AddFile, latest: int) -> Finding:
-    """A live data file that does not exist; repair drops those of the database's own store."""
+def _kept_by_exports(
+    db: DatabaseContext,
+    result: CheckResult,
+    state: DatabaseState,
+    live: dict[tuple[ObjectStore, str], tuple[TableMeta, AddFile]],
+) -> dict[tuple[ObjectStore, str], Export]:
+    """Add to ``live`` the files the live tags and exports of ``state`` keep (their
+    versions must stay readable); return the export keeping each file added."""
+    kept: dict[tuple[ObjectStore, str], Export] = {}
+    for export in sorted(state.exports.values(), key=lambda e: e.name):
+        if not export.protects:
+            continue
+        try:
+            at = db.state_at(export.version)
+            since = db.state_at(export.since) if export.since is not None else None
+            files = shared_files(at, since, exported_tables(at, export))
+        except (VersionNotFound, CorruptLog) as exc:
+            result.findings.append(
+                Finding(
+                    UNREADABLE,
+                    commit_key(export.version),
+                    f"{_named(export)} keeps version {export.version}, which cannot be "
+                    f"rebuilt ({exc}): its files were not checked",
+                    version=export.version,
+                )
+            )
+            continue
+        for meta, add in files:
+            try:
+                where = data_file_location(db.store, meta, add)
+            except DataFileMissing:  # that store's root is gone
+                result.files_checked += 1
+                result.findings.append(_missing_file(meta, add, export.version, export))
+                continue
+            if where not in live:
+                live[where] = (meta, add)
+                kept[where] = export
+    return kept
+
+
+def _named(export: Export) -> str:
+    return f"{'tag' if export.mode == 'tag' else 'export'} {export.name!r}"
+
+
+def _missing_file(
+    meta: TableMeta, add: AddFile, latest: int, kept: Export | None = None
+) -> Finding:
+    """A live data file that does not exist; repair drops those of the database's own store.
+
+    ``kept``: the file is not live at ``latest`` but at the version a tag or export
+    keeps (nothing to repair by a commit: reading that version fails).
+    """
+    if kept is not None:
+        return Finding(
+            MISSING_FILE,
+            data_file_name(meta, add),
+            f"data file of table {meta.name!r}, kept by {_named(kept)} at version "
+            f"{kept.version}, does not exist ({add.rows:,} rows): reading that version fails",
+            version=kept.version,
+            table=meta.name,
+            repairable=False,
+            repair=f"put the file back from a backup, or drop the {_named(kept)} if its "
+            "version is no longer needed",
+        )
     own = not is_external_path(add.path)
     return Finding(
         MISSING_FILE,

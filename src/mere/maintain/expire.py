@@ -182,6 +182,7 @@ def expire(
                         db.store.delete(key)
                         deleted.append(key)
                 advance(len(batch))
+        db.log.move_hint_above(keep, latest)
     commit_keys = set(commits)
     kept: dict[str, list[str]] = {}
     for version, names in islands.items():
