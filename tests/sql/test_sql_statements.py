@@ -175,6 +175,15 @@ def test_create_table_types_partitions_and_constraints(db: mere.Database) -> Non
     assert db.tables() == []
 
 
+def test_create_or_replace_table_as_a_select_of_itself(db: mere.Database) -> None:
+    """The query reads the table being replaced, as in DuckDB (it found no table)."""
+    db.sql("CREATE TABLE t (k BIGINT, v BIGINT); INSERT INTO t VALUES (1, 10), (2, 20)")
+    db.sql("CREATE OR REPLACE TABLE t AS SELECT k, v + 1 AS v FROM t WHERE k = 2")
+    assert db.sql("SELECT * FROM t").to_pylist() == [{"k": 2, "v": 21}]
+    db.sql("CREATE TABLE IF NOT EXISTS t AS SELECT * FROM nowhere")  # t exists: not run
+    assert db.sql("SELECT * FROM t").to_pylist() == [{"k": 2, "v": 21}]
+
+
 def test_create_table_as_select_and_insert_select(db: mere.Database) -> None:
     db.sql(
         "CREATE TABLE nums PARTITIONED BY (odd) AS "

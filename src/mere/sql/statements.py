@@ -551,15 +551,17 @@ def create(
     partition_by = _partition_by(tree)
     if tree.args.get("exists") and tx.has_table(name):
         return None
-    if tree.args.get("replace") and tx.has_table(name):
-        tx.drop_table(name)
     query = tree.args.get("expression")
-    if query is not None:
+    rows = None
+    if query is not None:  # run first: the query may read the table it replaces
         if schema_node is not None and schema_node.expressions:
             raise UnsupportedSQL("CREATE TABLE t (columns) AS SELECT: leave the columns out")
         text = _sql(query)
         with connection(catalog, text, travels) as con:
             rows = engine.run(con, text, None)
+    if tree.args.get("replace") and tx.has_table(name):
+        tx.drop_table(name)
+    if rows is not None:
         schema = pa.schema([pa.field(f.name, f.type) for f in rows.schema])
         tx.create_table(name, schema, partition_by=partition_by)
         tx.table(name).append(rows)
