@@ -263,3 +263,48 @@ def test_a_vacuum_spares_what_a_running_restore_is_adding_back(
     assert fresh.version == restored.version
     assert ids_of(fresh.table("events")) == list(range(100))
     assert fresh.check().clean
+
+
+def test_a_batch_that_lists_keep_marks_after_a_restore_ended_sees_its_commit(
+    db_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The restore looked at the deletion marks before the batch marked itself, then
+    checked, committed and removed its mark while the batch was between its own mark
+    and its look at the keep marks: the batch's log read, after that look, sees the
+    restore's commit and spares the file."""
+    db, old = _vacuum_candidate(db_uri)
+    vacuum_module = importlib.import_module("mere.maintain.vacuum")
+    kept_keys = vacuum_module.kept_keys
+    check = restore_module._check_files_exist
+    restore_looked, batch_marked, restore_done = (threading.Event() for _ in range(3))
+
+    def check_once_the_batch_is_marked(*args: Any) -> Any:
+        restore_looked.set()  # the deletion marks are listed: none yet
+        assert batch_marked.wait(60)
+        return check(*args)
+
+    def look_once_the_restore_is_done(*args: Any) -> Any:
+        batch_marked.set()
+        assert restore_done.wait(60)
+        return kept_keys(*args)
+
+    monkeypatch.setattr(restore_module, "_check_files_exist", check_once_the_batch_is_marked)
+    monkeypatch.setattr(vacuum_module, "kept_keys", look_once_the_restore_is_done)
+    outcome: list[Any] = []
+
+    def restore_now() -> None:
+        try:
+            outcome.append(mere.connect(db_uri, create=False).restore(old).version)
+        finally:
+            restore_done.set()
+
+    restorer = threading.Thread(target=restore_now)
+    restorer.start()
+    assert restore_looked.wait(60)
+    result = vacuum(db, timedelta(hours=1), now=time.time() + 7200)
+    restorer.join(60)
+    assert outcome and result.files_deleted == 0
+    fresh = mere.connect(db_uri, create=False)
+    assert fresh.version == outcome[0]
+    assert ids_of(fresh.table("events")) == list(range(100))
+    assert fresh.check().clean

@@ -36,10 +36,10 @@ what it deleted.
 **Keep marks** do the same for a restore, which adds old files back: it writes
 a mark under ``_keeping/`` naming them, *then* lists the deletion marks (waits
 for those naming its files to go), checks its files exist, commits, and
-removes its mark; a batch spares every key a keep mark names, listing them
-after its log read. A batch that listed the keep marks before the restore's
-was written was marked before the restore looked at the deletion marks: the
-restore waits for it, then finds what it deleted, and commits nothing.
+removes its mark. A batch lists the keep marks after its own mark and before
+its log read, and spares what they name and what the commits add: a restore
+mark it saw is spared, one gone by then was committed before the log read,
+and one written later found the batch's mark, waited, and then checked.
 """
 
 from __future__ import annotations
@@ -276,8 +276,8 @@ class DeletionMark:
 def marked_deletion(db: DatabaseContext, verb: str, keys: Iterable[str]) -> Iterator[None]:
     """Mark ``keys`` as being deleted for the duration of the block.
 
-    The caller reads the log *inside* the block, after the mark exists, then
-    the keep marks (:func:`kept_keys`), and only then deletes: an export or a
+    The caller reads the keep marks (:func:`kept_keys`) *inside* the block,
+    after the mark exists, then the log, and only then deletes: an export or a
     restore committed before that read is seen; one committed after it finds
     the mark. The mark is removed only when the block ends normally or with an
     error (a killed run leaves it: it blocks exports of its keys until

@@ -179,11 +179,13 @@ def vacuum(
             with marked_deletion(db, "vacuum", [key for key, _ in batch]):
                 # Read the log only now that the mark exists: an export committed before
                 # this read is in these commits, one committed after it finds the mark.
+                # The keep marks next, before the log: a restore whose mark is gone by
+                # then has committed, so the log read below sees what it added back.
+                restoring = kept_keys(db)
                 commits = watch.new_commits()
                 for commit in commits:
                     referenced.update(_added(commit.actions))  # a restore re-adding a file
                 protection.add_commits(commits)
-                restoring = kept_keys(db)  # a restore adding a file back, not yet committed
                 for key, size in batch:
                     if spared(key) or data_key_of(key) in restoring:
                         continue
