@@ -293,7 +293,9 @@ def cast_values(values: Any, src: pa.DataType, dst: pa.DataType, safe: bool = Tr
         return _temporal_text(values, src).cast(dst)
     if safe and t.is_timestamp(src) and t.is_timestamp(dst) and _UNITS[dst.unit] < _UNITS[src.unit]:
         values = _round_to_unit(values, src, dst.unit)
-    elif safe and _is_string(src) and t.is_timestamp(dst) and dst.unit in ("s", "ms"):
+    elif (
+        safe and _is_string(src) and t.is_timestamp(dst) and dst.unit in ("s", "ms") and not dst.tz
+    ):
         fine = pa.timestamp("us", dst.tz)  # text finer than the unit rounds, as in DuckDB
         values = _round_to_unit(values.cast(fine), fine, dst.unit)
     elif safe and t.is_floating(src) and t.is_floating(dst) and dst.bit_width < src.bit_width:

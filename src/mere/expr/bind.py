@@ -324,7 +324,10 @@ def _parse_text_as(text: str, type_: pa.DataType) -> Any:
     if cat == "date":
         return dt.date.fromisoformat(text.strip())
     if cat == "timestamp":
-        return _datetime_for(_rounded_to(parse_timestamp(text), type_.unit), type_)
+        value = parse_timestamp(text)
+        if type_.tz is None:  # DuckDB's TIMESTAMPTZ is in microseconds: nothing to round
+            value = _rounded_to(value, type_.unit)
+        return _datetime_for(value, type_)
     if cat == "time":
         return dt.time.fromisoformat(text.strip())
     if cat == "binary":

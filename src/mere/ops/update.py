@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 
 from mere import expr as sqlexpr
 from mere.errors import InvalidExpression, SchemaMismatch
+from mere.expr.bind import blob_from_text, category
 from mere.names import name_key
 from mere.ops.rewrite import rewrite_matching
 from mere.schema import conform
@@ -114,12 +115,27 @@ def assign_values(
 
     The cast is the one a user-written CAST evaluates (:func:`~mere.expr.cast_values`):
     decimals and floats round as in DuckDB, a timestamp rounds to a coarser unit,
-    and a value beyond the column type's range is a SchemaMismatch.
+    text becomes a BLOB as DuckDB reads BLOB text (``\\xHH`` escapes), and a value
+    beyond the column type's range is a SchemaMismatch, as is a float or BLOB
+    stored as text (DuckDB's text of them differs from Arrow's).
     """
     if isinstance(values, pa.Array):
         values = pa.chunked_array([values])
     if values.type == target:
         return values
+    source, into = category(values.type), category(target)
+    if (source, into) in (("float", "string"), ("binary", "string")):
+        raise SchemaMismatch(
+            f"values for column {column!r} ({values.type}) are not stored as text: DuckDB and "
+            "Arrow write them differently (1e+10 against 10000000000.0; bytes as \\xHH)",
+            help="store the value in a column of its own type",
+        )
+    if (source, into) == ("string", "binary"):  # BLOB text, as DuckDB reads it
+        try:
+            blobs = [None if v is None else blob_from_text(v) for v in values.to_pylist()]
+        except ValueError as exc:
+            raise SchemaMismatch(f"values for column {column!r}: {exc}") from None
+        return pa.chunked_array([pa.array(blobs, target)])
     try:
         cast = sqlexpr.cast_values(values, values.type, target, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
