@@ -44,7 +44,6 @@ from mere.expr.parse import parse
 from mere.expr.skipping import ColumnRange, may_match, must_match, row_group_pushdown
 
 __all__ = [
-    "cast_values",
     "And",
     "Arith",
     "Cast",
@@ -63,6 +62,7 @@ __all__ = [
     "Not",
     "Or",
     "bind",
+    "cast_values",
     "evaluate",
     "filter_table",
     "is_boolean",

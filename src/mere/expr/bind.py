@@ -83,6 +83,9 @@ _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
 _UNIT_ORDER = {"s": 0, "ms": 1, "us": 2, "ns": 3}
 _OFFSET = re.compile(r"([+-])(\d{2}):?(\d{2})\Z")
 _FRACTION = re.compile(r"[.,](\d+)")
+_EPOCH = dt.datetime(1970, 1, 1)
+_BLOB_ESCAPE = re.compile(r"\\x([0-9A-Fa-f]{2})")
+_BLOB_HELP = "compare the BLOB with a BLOB literal instead: bn = 'a\\x00b'::BLOB"
 
 
 # --- type categories --------------------------------------------------------------------
@@ -278,11 +281,6 @@ def _rounded_to(value: dt.datetime, unit: str) -> dt.datetime:
     if 2 * below > per or (2 * below == per and not before_epoch):
         value += dt.timedelta(microseconds=per)
     return value
-
-
-_EPOCH = dt.datetime(1970, 1, 1)
-_BLOB_HELP = "compare the BLOB with a BLOB literal instead: bn = 'a\\x00b'::BLOB"
-_BLOB_ESCAPE = re.compile(r"\\x([0-9A-Fa-f]{2})")
 
 
 def blob_from_text(text: str) -> bytes:

@@ -262,7 +262,7 @@ class LogWatch:
 
 
 @dataclass(frozen=True)
-class DeletionMark:
+class Mark:
     """A batch of keys a run is deleting (vacuum, expire) or keeping (restore), or was, if
     it was killed."""
 
@@ -310,7 +310,7 @@ def _marked(db: DatabaseContext, prefix: str, verb: str, keys: Iterable[str]) ->
     db.store.delete(mark)
 
 
-def deletion_marks(db: DatabaseContext) -> list[DeletionMark]:
+def deletion_marks(db: DatabaseContext) -> list[Mark]:
     """The deletion marks present now (one listing, one get per mark)."""
     return _marks(db, DELETING_PREFIX)
 
@@ -320,7 +320,7 @@ def kept_keys(db: DatabaseContext) -> set[str]:
     return {key for mark in _marks(db, KEEPING_PREFIX) for key in mark.keys}
 
 
-def _marks(db: DatabaseContext, prefix: str) -> list[DeletionMark]:
+def _marks(db: DatabaseContext, prefix: str) -> list[Mark]:
     """The marks under ``prefix`` now (a mark gone meanwhile is skipped)."""
     marks = []
     for meta in db.store.list(prefix):
@@ -331,7 +331,7 @@ def _marks(db: DatabaseContext, prefix: str) -> list[DeletionMark]:
         except ValueError:  # not a mark mere wrote: it marks nothing
             continue
         marks.append(
-            DeletionMark(
+            Mark(
                 meta.key,
                 str(body.get("verb", "")),
                 frozenset(str(k) for k in body.get("keys", [])),
@@ -341,9 +341,7 @@ def _marks(db: DatabaseContext, prefix: str) -> list[DeletionMark]:
     return marks
 
 
-def await_marks(
-    db: DatabaseContext, touches: Callable[[DeletionMark], bool], timeout: float
-) -> list[DeletionMark]:
+def await_marks(db: DatabaseContext, touches: Callable[[Mark], bool], timeout: float) -> list[Mark]:
     """Wait until no mark that ``touches`` says matters is present; return those seen.
 
     Returns the marks that mattered (empty when none was there at the first
@@ -353,7 +351,7 @@ def await_marks(
         TimeoutError: such a mark is still there after ``timeout`` seconds
             (a run still deleting, or one that was killed).
     """
-    seen: dict[str, DeletionMark] = {}
+    seen: dict[str, Mark] = {}
     deadline = time.monotonic() + timeout
     pause = 0.02
     while True:

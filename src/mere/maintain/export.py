@@ -85,7 +85,7 @@ from mere.maintain import common
 from mere.maintain.checkpoint import write_checkpoint
 from mere.maintain.common import (
     DataFileMissing,
-    DeletionMark,
+    Mark,
     VersionNotFound,
     await_marks,
     shared_files,
@@ -625,7 +625,7 @@ def _secure(
             versions.add(state.version)
     keys = {meta.prefix + add.path for meta, add in shared}
 
-    def touches(mark: DeletionMark) -> bool:
+    def touches(mark: Mark) -> bool:
         return any(key in keys or _log_version(key) in versions for key in mark.keys)
 
     try:

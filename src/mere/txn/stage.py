@@ -600,50 +600,46 @@ class Stage:
         """
         own, held, select = self._key_sources(table_id)
         mine = [h for h in held if h.owner is frame]
-        seen: list[str] = []
         if mine and sum(h.keys.num_rows for h in mine) == new.num_rows:
             others = [h.keys for h in held if h.owner is not frame]
-            found = present_keys(
-                self.store, meta, [], new, own=own, select=select, held=others, seen=seen
-            )
+            found = present_keys(self.store, meta, [], new, own=own, select=select, held=others)
         else:
             every = [h.keys for h in held]
-            counts = key_counts(
-                self.store, meta, [], new, own=own, select=select, held=every, seen=seen
-            )
+            counts = key_counts(self.store, meta, [], new, own=own, select=select, held=every)
             found = counts.filter(pc.greater(counts["count_all"], 1)).select(new.column_names)
-        if found.num_rows:  # the statement fails on rows it found: it read them
-            self._note_key_read(table_id, seen)
+        self._note_key_read(table_id, found, select)  # the statement fails on what it found
         return found
 
     def keys_present(self, table_id: str, keys: pa.Table) -> pa.Table:
         """The values of ``keys`` (the table's key columns) that live rows of the table hold.
 
-        Finding one is recorded as a read of the files that may hold them
-        (what is done with a key found absent is the insert's own check).
+        Finding them in committed rows is recorded as a read (:meth:`_note_key_read`).
         """
         own, held, select = self._key_sources(table_id)
         meta = self.meta(table_id)
         rows = [h.keys for h in held]
-        seen: list[str] = []
-        found = present_keys(
-            self.store, meta, [], keys, own=own, select=select, held=rows, seen=seen
-        )
-        if found.num_rows:
-            self._note_key_read(table_id, seen)
+        found = present_keys(self.store, meta, [], keys, own=own, select=select, held=rows)
+        self._note_key_read(table_id, found, select)
         return found
 
-    def _note_key_read(self, table_id: str, paths: Sequence[str]) -> None:
-        """Record that a statement's outcome turned on keys that committed rows hold.
+    def _note_key_read(self, table_id: str, found: pa.Table, select: Selector | None) -> None:
+        """Record that a statement's outcome turned on keys ``found`` that rows hold.
 
-        The rows are in some of ``paths`` (the files their statistics admit): a
-        concurrent commit removing one conflicts, as for any read. Rows added
-        concurrently are not what was read (a key found absent is inserted, and
-        a concurrent insert of it is the inserted keys' conflict).
+        Those the snapshot's rows hold were read from the files their statistics
+        admit: a concurrent commit removing one conflicts, as for any read. Keys
+        only this transaction's rows hold, and rows added concurrently, are not
+        such a read (a key found absent is inserted, and a concurrent insert of
+        it is the inserted keys' conflict). Looked up again only when a key was
+        found, which is rare.
         """
-        if paths and not self.is_created(table_id):
-            name = self.meta(table_id).name
-            self.reads.reads.append(ReadRecord(table_id, name, frozenset(paths), _adds_nothing))
+        if found.num_rows == 0 or select is None:
+            return
+        meta = self.meta(table_id)
+        paths: list[str] = []
+        if present_keys(self.store, meta, [], found, select=select, seen=paths).num_rows:
+            self.reads.reads.append(
+                ReadRecord(table_id, meta.name, frozenset(paths), _adds_nothing)
+            )
 
     def _key_sources(self, table_id: str) -> tuple[list[AddFile], list[_HeldKeys], Selector | None]:
         """Where a table's live keys are: files this transaction wrote whose keys are not
@@ -917,9 +913,9 @@ def _delete(store: ObjectStore, files: Sequence[tuple[str, str]]) -> None:
     delete_orphans(store, (f"tables/{table_id}/{path}" for table_id, path in files))
 
 
-__all__ = ["Stage", "TableStage"]
-
-
 def _adds_nothing(add: AddFile) -> bool:
     """A read's test for concurrently added files that no added file can meet."""
     return False
+
+
+__all__ = ["Stage", "TableStage"]
