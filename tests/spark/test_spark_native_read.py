@@ -117,3 +117,28 @@ def test_tables_spark_parquet_cannot_read_are_read_through_the_data_source(spark
         mere.spark.read(spark, uri, "t", method="native")
     with pytest.raises(ValueError, match="method must be"):
         mere.spark.read(spark, uri, "t", method="jvm")  # type: ignore[arg-type]
+
+
+def test_a_naive_timestamp_is_utc_on_every_read_path(spark, uri, monkeypatch):
+    """As everywhere in mere: the data source path read it in the driver's zone."""
+    import datetime as dt
+    import time
+
+    db = mere.connect(uri)
+    db.create_table("t", pa.schema([("id", pa.int64())]))
+    db.table("t").append(pa.table({"id": [1]}))
+    first = db.snapshot(db.version).timestamp
+    db.table("t").append(pa.table({"id": [2]}))
+    stamp = (
+        first if isinstance(first, dt.datetime) else dt.datetime.fromtimestamp(first / 1000, dt.UTC)
+    )
+    naive = stamp.astimezone(dt.UTC).replace(tzinfo=None) + dt.timedelta(microseconds=500)
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        for method in ("auto", "native", "datasource"):
+            df = mere.spark.read(spark, uri, "t", timestamp=naive, method=method)
+            assert sorted(r.id for r in df.collect()) == [1], method
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

@@ -60,6 +60,7 @@ from mere.spark._sql import PinnedViews, SparkTransaction, transaction, views
 from mere.spark._streaming import foreach_batch
 from mere.spark._write import write
 from mere.spark.datasource import MereDataSource
+from mere.timestamps import epoch_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -149,8 +150,7 @@ def read(
     if version is not None:
         reader = reader.option("versionAsOf", version)
     if timestamp is not None:
-        ms = int(timestamp.timestamp() * 1000) if isinstance(timestamp, datetime) else timestamp
-        reader = reader.option("timestampAsOf", ms)
+        reader = reader.option("timestampAsOf", epoch_ms(timestamp))  # naive: UTC
     df = reader.load(table)
     return df if filter is None else df.where(spark_condition(filter))
 
