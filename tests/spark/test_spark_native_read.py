@@ -127,12 +127,9 @@ def test_a_naive_timestamp_is_utc_on_every_read_path(spark, uri, monkeypatch):
     db = mere.connect(uri)
     db.create_table("t", pa.schema([("id", pa.int64())]))
     db.table("t").append(pa.table({"id": [1]}))
-    first = db.snapshot(db.version).timestamp
+    first = db.snapshot(db.version).timestamp  # an aware datetime
     db.table("t").append(pa.table({"id": [2]}))
-    stamp = (
-        first if isinstance(first, dt.datetime) else dt.datetime.fromtimestamp(first / 1000, dt.UTC)
-    )
-    naive = stamp.astimezone(dt.UTC).replace(tzinfo=None) + dt.timedelta(microseconds=500)
+    naive = first.astimezone(dt.UTC).replace(tzinfo=None) + dt.timedelta(microseconds=500)
     monkeypatch.setenv("TZ", "America/New_York")
     time.tzset()
     try:
