@@ -307,14 +307,21 @@ def _rows_spelling_the_schema(rows: list[Any], schema: pa.Schema) -> pa.Table | 
     ):
         return None
     try:
-        return pa.Table.from_pylist(rows, schema=schema)
+        table = pa.Table.from_pylist(rows, schema=schema)
     except _VALUE_ERRORS:
         return None
+    for f in schema:
+        if f.type in _NARROW_FLOATS:
+            _check_float_range(f.name, [row[f.name] for row in rows], table.column(f.name))
+    return table
 
 
 def _column_from_values(column: str, values: list[Any], type: pa.DataType | None) -> pa.Array:
     try:
-        return pa.array(values, type=type)
+        array = pa.array(values, type=type)
+        if type in _NARROW_FLOATS:
+            _check_float_range(column, values, array)
+        return array
     except _VALUE_ERRORS as exc:
         for i, value in enumerate(values):  # find the first row that does not fit
             try:
@@ -334,8 +341,10 @@ def conform(data: pa.Table, schema: pa.Schema, *, what: str = "data") -> pa.Tabl
     columns are a :class:`SchemaMismatch`. Values are cast only when the cast
     is lossless and stays within a type family (a narrower integer into a
     wider one, ``large_string`` into ``string``, nanoseconds that are whole
-    microseconds); anything else — text into a number, an overflow — is a
-    mismatch. Nulls in a NOT NULL column raise :class:`ConstraintViolation`.
+    microseconds), and a DOUBLE into a REAL rounds to the nearest as SQL's
+    does; anything else — text into a number, an overflow (a DOUBLE beyond
+    REAL's range too) — is a mismatch. Nulls in a NOT NULL column raise
+    :class:`ConstraintViolation`.
     """
     if data.schema.equals(schema, check_metadata=True):  # already conformed
         for i, f in enumerate(schema):
@@ -378,6 +387,8 @@ def _conform_column(col: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
             cast = col.cast(f.type, safe=True)
             if _drops_time_of_day(col, f.type):  # Arrow's safe cast does not check it
                 raise pa.ArrowInvalid("a time of day would be dropped")
+            if f.type in _NARROW_FLOATS and _beyond_range(col, cast):  # nor this
+                raise pa.ArrowInvalid(f"a value is beyond the range of {f.type}")
             col = cast
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise SchemaMismatch(
@@ -389,6 +400,28 @@ def _conform_column(col: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
             f"column {f.name!r} is NOT NULL but {what} has {col.null_count} null value(s)"
         )
     return col
+
+
+#: Float types narrower than a Python float (DOUBLE): values round, or overflow.
+_NARROW_FLOATS = (pa.float32(), pa.float16())
+
+
+def _beyond_range(wide: pa.Array | pa.ChunkedArray, narrow: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether a finite value became infinite when cast to a narrower float."""
+    if not pat.is_floating(wide.type):
+        return False
+    return bool(pc.any(pc.and_(pc.is_finite(wide), pc.is_inf(narrow))).as_py())
+
+
+def _check_float_range(column: str, values: list[Any], narrow: pa.Array | pa.ChunkedArray) -> None:
+    """Refuse Python numbers that overflowed a REAL column (they round otherwise, as in SQL)."""
+    if not pc.any(pc.is_inf(narrow)).as_py():
+        return
+    wide = pa.array(values, pa.float64())
+    if _beyond_range(wide, narrow):
+        raise SchemaMismatch(
+            f"column {column!r} ({narrow.type}): a value is beyond the range of {narrow.type}"
+        )
 
 
 def _drops_time_of_day(col: pa.ChunkedArray, target: pa.DataType) -> bool:

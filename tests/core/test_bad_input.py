@@ -54,6 +54,26 @@ def test_overflowing_cast_is_a_mismatch(db: mere.Database) -> None:
         db.table("small").append(pa.table({"x": pa.array([1000], pa.int64())}))
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        [{"f": 1e300}],
+        [{"f": -1e300}],
+        pa.table({"f": [1.0, 1e300]}),
+        pa.table({"f": pa.array([1e39], pa.float64())}),
+    ],
+)
+def test_a_double_beyond_real_is_a_mismatch(db: mere.Database, data: object) -> None:
+    """As SQL does: a DOUBLE rounds into a REAL column, but one beyond its range fails
+    (it was stored as infinity)."""
+    db.create_table("r", pa.schema([("f", pa.float32())]))
+    with pytest.raises(mere.SchemaMismatch, match="beyond the range of float"):
+        db.table("r").append(data)  # type: ignore[arg-type]
+    assert db.table("r").scan().num_rows == 0
+    db.table("r").append([{"f": 0.1}, {"f": float("inf")}])  # rounds; infinity is a value
+    assert db.table("r").scan().column("f").to_pylist() == [pytest.approx(0.1), float("inf")]
+
+
 def test_null_in_not_null_column(orders: mere.Database) -> None:
     v = orders.version
     with pytest.raises(mere.ConstraintViolation):
