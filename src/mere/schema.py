@@ -445,6 +445,8 @@ def data_columns(schema: pa.Schema, partition_by: Iterable[str]) -> pa.Schema:
 #: Field metadata key holding the column's name inside data files, once it differs
 #: from the logical name (after a rename, or when a new column reuses an old name).
 PHYSICAL_NAME = b"mere.physical"
+#: Field metadata key listing the types a column had before it was widened (format §5).
+WIDENED_FROM = b"mere.widenedFrom"
 
 
 def physical_name(f: pa.Field) -> str:
@@ -559,7 +561,17 @@ def widen_column(schema: pa.Schema, name: str, new_type: pa.DataType) -> pa.Sche
             "widening integer, floating and decimal types is allowed",
             help="write the data to a new column instead",
         )
-    return schema.set(i, pa.field(f.name, new_type, f.nullable, f.metadata))
+    metadata = dict(f.metadata or {})
+    if new_type != f.type:  # readers of the files written before may need to know
+        earlier = [t for t in metadata.get(WIDENED_FROM, b"").decode().split(",") if t]
+        metadata[WIDENED_FROM] = ",".join([*earlier, str(f.type)]).encode()
+    return schema.set(i, pa.field(f.name, new_type, f.nullable, metadata or None))
+
+
+def widened_from(f: pa.Field) -> list[str]:
+    """The types a column had before it was widened, oldest first (Arrow's type names)."""
+    raw = (f.metadata or {}).get(WIDENED_FROM, b"")
+    return [t for t in raw.decode().split(",") if t]
 
 
 def merge_schema(

@@ -119,6 +119,39 @@ def test_tables_spark_parquet_cannot_read_are_read_through_the_data_source(spark
         mere.spark.read(spark, uri, "t", method="jvm")  # type: ignore[arg-type]
 
 
+def test_widened_columns_spark_parquet_misreads_go_through_the_data_source(spark, uri):
+    """Spark's Parquet reader read old UINT32 files of a column widened to DOUBLE as -1.0
+    and failed on INT16 files of one widened to REAL: such tables take the data source."""
+    import pytest
+
+    db = mere.connect(uri)
+    widenings = {"u": (pa.uint32(), pa.float64()), "s": (pa.int16(), pa.float32())}
+    widenings["i"] = (pa.int8(), pa.int64())  # one Spark reads right
+    schema = pa.schema([("id", pa.int64())] + [(n, old) for n, (old, _) in widenings.items()])
+    db.create_table("t", schema)
+    db.table("t").append(
+        pa.table({"id": [1], "u": [4294967295], "s": [-7], "i": [-3]}, schema=schema)
+    )
+    for name, (_, new) in widenings.items():
+        with db.transaction() as tx:
+            tx.alter_table("t").widen_column(name, new)
+    db.table("t").append([{"id": 2, "u": 0.5, "s": 1.5, "i": 2**40}])
+    expected = sorted(db.table("t").scan().to_pylist(), key=lambda r: r["id"])
+    assert expected[0] == {"id": 1, "u": 4294967295.0, "s": -7.0, "i": -3}
+    assert rows(mere.spark.read(spark, uri, "t")) == rows(db.table("t").scan())  # auto
+    with pytest.raises(ValueError, match="'u' was widened from uint32"):
+        mere.spark.read(spark, uri, "t", method="native")
+
+    db.create_table("ok", pa.schema([("i", pa.int8()), ("f", pa.float32())]))
+    db.table("ok").append([{"i": 1, "f": 0.5}])
+    with db.transaction() as tx:
+        tx.alter_table("ok").widen_column("i", pa.int32()).widen_column("f", pa.float64())
+    with db.transaction() as tx:
+        tx.alter_table("ok").widen_column("i", pa.float64())
+    native = mere.spark.read(spark, uri, "ok", method="native")  # int8 -> int32 -> double
+    assert [(r["i"], r["f"]) for r in native.collect()] == [(1.0, 0.5)]
+
+
 def test_a_naive_timestamp_is_utc_on_every_read_path(spark, uri, monkeypatch):
     """As everywhere in mere: the data source path read it in the driver's zone."""
     import datetime as dt

@@ -31,7 +31,7 @@ from mere.database import connect
 from mere.errors import InvalidArgument, InvalidExpression
 from mere.log.actions import AddFile, TableMeta
 from mere.names import NULL_PARTITION
-from mere.schema import physical_name, physical_names_clashing
+from mere.schema import physical_name, physical_names_clashing, widened_from
 from mere.snapshot.scan import plan_scan
 from mere.spark import _core
 from mere.spark._types import spark_arrow_schema, spark_schema, spark_type, to_spark_table
@@ -95,10 +95,34 @@ def native_read_refusal(schema: pa.Schema) -> str | None:
         reason = unreadable(f.type)
         if reason is not None:
             return f"column {f.name!r} holds {reason}, which Spark's Parquet reader cannot read"
+        for earlier in widened_from(f):
+            if not _spark_widens(earlier, f.type):
+                return (
+                    f"column {f.name!r} was widened from {earlier}, which Spark's Parquet "
+                    f"reader does not read as {f.type} (it fails, or reads other values)"
+                )
     clash = physical_names_clashing(schema)
     if clash is not None:
         return f"its files hold columns {clash[0]!r} and {clash[1]!r}, one column to Spark"
     return None
+
+
+#: Signed integers and floats by width: Spark's Parquet reader widens within these.
+_SPARK_WIDENS = {
+    "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float": 5, "double": 6,
+}  # fmt: skip
+
+
+def _spark_widens(earlier: str, now: pa.DataType) -> bool:
+    """Whether Spark's Parquet reader reads files of type ``earlier`` as ``now``, values
+    intact: a signed integer as a wider one or as DOUBLE, REAL as DOUBLE, a decimal as a
+    wider decimal. Unsigned integers and integers read as REAL fail or change."""
+    if earlier.startswith("decimal") and pat.is_decimal(now):
+        return True
+    before, after = _SPARK_WIDENS.get(earlier), _SPARK_WIDENS.get(str(now))
+    if before is None or after is None:
+        return False
+    return after == 6 or (after <= 4 and before < after)
 
 
 def _column(name: str) -> str:
