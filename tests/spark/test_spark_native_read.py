@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from spark_helpers import ORDERS, orders
 
 import mere
@@ -172,3 +173,53 @@ def test_a_naive_timestamp_is_utc_on_every_read_path(spark, uri, monkeypatch):
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+def test_filter_keeps_the_rows_mere_keeps_on_both_paths(spark, uri):
+    """Spark's SQL read these conditions otherwise (a REAL literal, LIKE's escape, text
+    against a zoned timestamp, division by zero): the rows are mere's."""
+    import datetime as dt
+
+    utc = dt.UTC
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("f32", pa.float32()),
+            ("s", pa.string()),
+            ("tz", pa.timestamp("us", tz="Europe/Paris")),
+            ("u", pa.uint32()),
+        ]
+    )
+    db = mere.connect(uri)
+    db.create_table("t", schema)
+    moments = [dt.datetime(2024, 1, 1, h, m, tzinfo=utc) for h, m in ((9, 30), (8, 30), (9, 0))]
+    db.table("t").append(
+        pa.table(
+            {
+                "id": [1, 2, 3, 4],
+                "f32": pa.array([0.1, 0.5, 2.7, None], pa.float32()),
+                "s": ["a\\b", "a%", "abc", "a\\%x"],
+                "tz": [*moments, dt.datetime(2024, 1, 1, 10, 0, tzinfo=utc)],
+                "u": pa.array([4294967295, 0, 7, None], pa.uint32()),
+            },
+            schema=schema,
+        )
+    )
+    conditions = [
+        "f32 = 0.1",
+        "f32 IN (0.1, 0.5)",
+        "NOT (f32 = 2.7)",
+        "s LIKE 'a\\%'",
+        "tz < '2024-01-01 10:00:00'",
+        "hour(tz) = 10",
+        "u / 0 IS NULL",
+        "u > 4000000000",
+        "true",
+    ]
+    for condition in conditions:
+        expected = sorted(db.table("t").scan(filter=condition).column("id").to_pylist())
+        for method in ("native", "datasource"):
+            df = mere.spark.read(spark, uri, "t", filter=condition, method=method)
+            assert sorted(r.id for r in df.collect()) == expected, (condition, method)
+    with pytest.raises(mere.InvalidExpression, match="nope"):
+        mere.spark.read(spark, uri, "t", filter="nope = 1")  # on the driver, before a job

@@ -55,7 +55,8 @@ from pyspark.sql import SparkSession
 
 from mere.database import connect
 from mere.spark._dml import delete, merge, update
-from mere.spark._native import native_read, native_read_refusal, spark_condition
+from mere.spark._filter import where
+from mere.spark._native import native_read, native_read_refusal
 from mere.spark._sql import PinnedViews, SparkTransaction, transaction, views
 from mere.spark._streaming import foreach_batch
 from mere.spark._write import write
@@ -126,10 +127,12 @@ def read(
 
     Args:
         version, timestamp: time travel (a datetime, or ms since the epoch).
-        filter: a SQL condition in mere's dialect; with the native read, files
-            it rules out (by partition values and statistics) are not read; Spark filters
-            the rows (the condition is transpiled to Spark SQL with sqlglot;
-            comparisons, IN, IS NULL, AND/OR/NOT and LIKE mean the same in both).
+        filter: a SQL condition in mere's dialect, meaning what it means in mere's
+            scans (and DuckDB): the rows are kept by mere's engine on the
+            DataFrame's Arrow batches (``mapInArrow``), not by Spark's SQL, whose
+            answers differ (REAL literals, LIKE escapes, zoned timestamps, division
+            by zero). With the native read, files it rules out (by partition values
+            and statistics) are not read.
     """
     location = os.fspath(uri)
     if method not in ("auto", "native", "datasource"):
@@ -152,7 +155,11 @@ def read(
     if timestamp is not None:
         reader = reader.option("timestampAsOf", epoch_ms(timestamp))  # naive: UTC
     df = reader.load(table)
-    return df if filter is None else df.where(spark_condition(filter))
+    if filter is None:
+        return df
+    with connect(location, create=False) as db:
+        schema = db.snapshot(version=version, timestamp=timestamp).table(table).schema
+    return where(df, schema, filter)
 
 
 __all__ = [

@@ -28,12 +28,13 @@ from pyspark.sql.types import StructField, StructType
 from mere.data.external import data_file_location
 from mere.data.reader import read_files as read_data_files
 from mere.database import connect
-from mere.errors import InvalidArgument, InvalidExpression
+from mere.errors import InvalidArgument
 from mere.log.actions import AddFile, TableMeta
 from mere.names import NULL_PARTITION
 from mere.schema import physical_name, physical_names_clashing, widened_from
 from mere.snapshot.scan import plan_scan
 from mere.spark import _core
+from mere.spark._filter import where
 from mere.spark._types import spark_arrow_schema, spark_schema, spark_type, to_spark_table
 from mere.storage import LocalStore, ObjectStore
 
@@ -234,20 +235,6 @@ def _inlined_rows(
     return spark.createDataFrame(to_spark_table(rows, spark_arrow_schema(logical)))
 
 
-def spark_condition(condition: str) -> str:
-    """A mere SQL condition (DuckDB dialect) as Spark SQL, for ``DataFrame.where``.
-
-    Spark reads ``"name"`` as a string, not a column: the text is transpiled
-    with sqlglot (which mere already parses it with), not passed as is.
-    """
-    import sqlglot
-
-    try:
-        return str(sqlglot.transpile(condition, read="duckdb", write="spark")[0])
-    except sqlglot.errors.ParseError as exc:
-        raise InvalidExpression(f"cannot read the filter {condition!r}: {exc}") from None
-
-
 def native_read(
     spark: SparkSession,
     uri: str,
@@ -272,4 +259,4 @@ def native_read(
         if filter is not None:
             files = plan_scan(meta, [], filter).select(files)
         df = read_files(spark, db.store, meta, files)
-    return df if filter is None else df.where(spark_condition(filter))
+    return df if filter is None else where(df, meta.schema, filter)
