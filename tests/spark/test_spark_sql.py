@@ -217,3 +217,20 @@ def test_a_query_in_a_serializable_transaction_is_a_read_for_conflicts(spark, ur
     finally:
         tx.abort()
     assert [r["name"] for r in rows(db, "customers", "cid")] == ["Ann", "Bob"]
+
+
+def test_a_spark_cast_in_a_dml_condition_is_mere_s_cast(spark, uri):
+    """sqlglot reads Spark's CAST as TRY_CAST (Spark's non-ANSI meaning), which mere's
+    engine refused, naming SQL the user never wrote; an explicit TRY_CAST still is."""
+    db = shop(uri)
+    db.table("orders").append(
+        [{"oid": 7, "cid": 1, "amount": Decimal("2.5"), "day": dt.date(2024, 5, 1)}]
+    )
+    expected = db.table("orders").scan(filter="CAST(amount AS INT) = 3").num_rows
+    assert expected == 1  # rounded half away from zero, as DuckDB does
+    with mere.spark.transaction(spark, uri) as tx:
+        deleted = tx.sql("DELETE FROM orders WHERE CAST(amount AS INT) = 3")
+        assert deleted.collect()[0]["count"] == expected
+        with pytest.raises(mere.InvalidExpression, match="TRY_CAST"):
+            tx.sql("DELETE FROM orders WHERE TRY_CAST(amount AS INT) = 3")
+    assert db.table("orders").scan(filter="oid = 7").num_rows == 0

@@ -397,8 +397,20 @@ def _names(table: exp.Table) -> set[str]:
 
 
 def _mere(node: exp.Expression) -> str:
-    """An expression in the dialect of mere's expression engine."""
-    return str(node.sql(dialect=MERE))
+    """An expression in the dialect of mere's expression engine.
+
+    sqlglot reads Spark's ``CAST`` as ``TRY_CAST`` (its meaning without ANSI
+    mode); Spark 4 is ANSI by default, where a failing CAST is an error, as in
+    mere: it stays a CAST. An explicit ``TRY_CAST`` (``safe``) stays one, which
+    mere's engine refuses.
+    """
+
+    def strict(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.TryCast) and not n.args.get("safe"):
+            return exp.Cast(this=n.this, to=n.args["to"])
+        return n
+
+    return str(node.transform(strict, copy=True).sql(dialect=MERE))
 
 
 def _shape(rows: DataFrame, schema: Any, columns: list[str] | None, table: str) -> DataFrame:
