@@ -83,7 +83,6 @@ _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
 _UNIT_ORDER = {"s": 0, "ms": 1, "us": 2, "ns": 3}
 _OFFSET = re.compile(r"([+-])(\d{2}):?(\d{2})\Z")
 _FRACTION = re.compile(r"[.,](\d+)")
-_EPOCH = dt.datetime(1970, 1, 1)
 _BLOB_ESCAPE = re.compile(r"\\x([0-9A-Fa-f]{2})")
 _BLOB_HELP = "compare the BLOB with a BLOB literal instead: bn = 'a\\x00b'::BLOB"
 
@@ -270,17 +269,14 @@ def _datetime_for(value: dt.datetime, type_: pa.DataType) -> dt.datetime:
 
 
 def _rounded_to(value: dt.datetime, unit: str) -> dt.datetime:
-    """``value`` rounded half away from zero to a unit of seconds or milliseconds, as
-    DuckDB reads timestamp text into such a type (finer units hold it as it is)."""
-    per = {"s": 1_000_000, "ms": 1_000}.get(unit)
-    if per is None:
+    """``value`` (a wall time) rounded to a unit of seconds or milliseconds as DuckDB
+    reads timestamp text into such a type: as a cast does (:func:`cast_values`)."""
+    if unit not in ("s", "ms"):
         return value
-    below = value.microsecond % per
-    value -= dt.timedelta(microseconds=below)
-    before_epoch = value.replace(tzinfo=None) < _EPOCH
-    if 2 * below > per or (2 * below == per and not before_epoch):
-        value += dt.timedelta(microseconds=per)
-    return value
+    fine = pa.timestamp("us")
+    wall = pa.array([value.replace(tzinfo=None)], fine)
+    rounded = cast_values(wall, fine, pa.timestamp(unit), safe=True)[0].as_py()
+    return rounded.replace(tzinfo=value.tzinfo)
 
 
 def blob_from_text(text: str) -> bytes:
