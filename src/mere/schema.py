@@ -12,6 +12,7 @@ every primitive spelling.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -563,15 +564,21 @@ def widen_column(schema: pa.Schema, name: str, new_type: pa.DataType) -> pa.Sche
         )
     metadata = dict(f.metadata or {})
     if new_type != f.type:  # readers of the files written before may need to know
-        earlier = [t for t in metadata.get(WIDENED_FROM, b"").decode().split(",") if t]
-        metadata[WIDENED_FROM] = ",".join([*earlier, str(f.type)]).encode()
+        earlier = [*widened_from(f), str(f.type)]
+        metadata[WIDENED_FROM] = json.dumps(earlier).encode()
     return schema.set(i, pa.field(f.name, new_type, f.nullable, metadata or None))
 
 
 def widened_from(f: pa.Field) -> list[str]:
     """The types a column had before it was widened, oldest first (Arrow's type names)."""
-    raw = (f.metadata or {}).get(WIDENED_FROM, b"")
-    return [t for t in raw.decode().split(",") if t]
+    raw = (f.metadata or {}).get(WIDENED_FROM)
+    if raw is None:
+        return []
+    try:
+        names = json.loads(raw)
+    except ValueError:
+        return []
+    return [str(n) for n in names] if isinstance(names, list) else []
 
 
 def merge_schema(

@@ -106,3 +106,16 @@ def test_alter_then_drop_in_one_transaction(t: mere.Database) -> None:
         tx.alter_table("t").add_column("x", pa.int64())
         tx.drop_table("t")
     assert t.tables() == []
+
+
+def test_widening_records_the_earlier_types() -> None:
+    """Readers of files written before a widening may need their types (format §5);
+    decimal type names hold commas, so the record is a JSON list."""
+    from mere.schema import widen_column, widened_from
+
+    schema = pa.schema([pa.field("d", pa.decimal128(10, 2)), pa.field("u", pa.uint8())])
+    once = widen_column(widen_column(schema, "d", pa.decimal128(12, 2)), "u", pa.uint16())
+    twice = widen_column(once, "d", pa.decimal128(14, 3))
+    assert widened_from(twice.field("d")) == ["decimal128(10, 2)", "decimal128(12, 2)"]
+    assert widened_from(twice.field("u")) == ["uint8"]
+    assert widened_from(schema.field("d")) == []
