@@ -188,6 +188,7 @@ def test_filter_keeps_the_rows_mere_keeps_on_both_paths(spark, uri):
             ("s", pa.string()),
             ("tz", pa.timestamp("us", tz="Europe/Paris")),
             ("u", pa.uint32()),
+            ("f64", pa.float64()),
         ]
     )
     db = mere.connect(uri)
@@ -201,6 +202,7 @@ def test_filter_keeps_the_rows_mere_keeps_on_both_paths(spark, uri):
                 "s": ["a\\b", "a%", "abc", "a\\%x"],
                 "tz": [*moments, dt.datetime(2024, 1, 1, 10, 0, tzinfo=utc)],
                 "u": pa.array([4294967295, 0, 7, None], pa.uint32()),
+                "f64": [float("nan"), -0.0, 5.0, None],
             },
             schema=schema,
         )
@@ -215,6 +217,12 @@ def test_filter_keeps_the_rows_mere_keeps_on_both_paths(spark, uri):
         "u / 0 IS NULL",
         "u > 4000000000",
         "true",
+        "f64 = 'NaN'::double",  # handed to Spark: NaN equals NaN and sorts above, there too
+        "f64 > 5",
+        "f64 = 0 AND s <> 'zz'",
+        "f64 IN (0, 5)",
+        "f64 <> 5 AND f32 > 0.2",
+        "s LIKE 'a%' AND u IS NOT NULL AND id >= 2",
     ]
     for condition in conditions:
         expected = sorted(db.table("t").scan(filter=condition).column("id").to_pylist())
@@ -223,3 +231,20 @@ def test_filter_keeps_the_rows_mere_keeps_on_both_paths(spark, uri):
             assert sorted(r.id for r in df.collect()) == expected, (condition, method)
     with pytest.raises(mere.InvalidExpression, match="nope"):
         mere.spark.read(spark, uri, "t", filter="nope = 1")  # on the driver, before a job
+
+
+def test_conjuncts_spark_reads_alike_are_spark_s_and_the_rest_mere_s(spark, uri):
+    """Spark skips row groups by what it is handed; only the rest runs in Python."""
+    db = mere.connect(uri)
+    db.create_table("t", pa.schema([("id", pa.int64()), ("s", pa.string())]))
+    db.table("t").append(pa.table({"id": [1, 2, 3], "s": ["a", "b", "c"]}))
+
+    def plan(condition: str) -> str:
+        df = mere.spark.read(spark, uri, "t", filter=condition, method="native")
+        return str(df._jdf.queryExecution().executedPlan().toString())
+
+    only_spark = plan("id = 2 AND s IN ('a', 'b')")
+    assert "EqualTo(id,2)" in only_spark and "MapInArrow" not in only_spark
+    assert "MapInArrow" not in plan("s LIKE 'b%'")
+    mixed = plan("id >= 2 AND s LIKE 'b\\%'")  # a backslash: no escape in mere's LIKE
+    assert "GreaterThanOrEqual(id,2)" in mixed and "MapInArrow" in mixed

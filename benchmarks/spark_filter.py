@@ -1,0 +1,104 @@
+"""What mere's own filter semantics cost a Spark read: ``mere.spark.read(filter=...)``.
+
+The rows a filter keeps are mere's (its engine runs on the DataFrame's Arrow
+batches, ``mapInArrow``), with the conjuncts Spark reads the same way also
+handed to Spark so that its Parquet reader skips row groups. Side by side in
+one Spark session, on the table of ``spark_read.py`` (``--rows``, default 2M):
+
+* ``parquet``: ``spark.read.parquet(<the table's files>).where(<the same condition>)``
+  -- Spark alone, the floor (with Spark's meaning of the condition);
+* ``native``: ``mere.spark.read(spark, uri, table, filter=...)``;
+* ``datasource``: the same with ``method="datasource"``.
+
+Each filter is timed as ``count()`` (one warm-up, then ``--repeats`` runs;
+medians, with their ratio to ``parquet``).
+
+    .venv/bin/python benchmarks/spark_filter.py --rows 2000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import _common as c
+from spark_read import TABLE, build, session, timed
+
+FILTERS = [
+    "id = 1234567",  # one row group
+    "country = 'FR'",  # a tenth of the rows, every row group
+    "amount > 990",  # a hundredth, every row group
+    "note LIKE 'note-12%'",  # only mere's engine (LIKE is never handed to Spark)
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-memory", default="4g")
+    args = parser.parse_args()
+
+    c.print_machine()
+    workdir = args.workdir or Path(tempfile.gettempdir()) / "mere-bench-spark-read"
+    uri = str(workdir / f"db-{args.rows}")
+    db = build(uri, args.rows)
+    snapshot = db.snapshot().table(TABLE)
+
+    import mere.spark
+    from mere.spark._native import table_location
+
+    spark = session(args.master, args.driver_memory)
+    mere.spark.register(spark)
+    location = table_location(db.store, mere.spark._core.table_meta(snapshot))
+    paths = [f"{location}/{f.path}" for f in snapshot.files]
+    rows_out: list[list[Any]] = []
+    for condition in FILTERS:
+        readers = {
+            "parquet": lambda cond=condition: spark.read.parquet(*paths).where(cond),
+            "native": lambda cond=condition: mere.spark.read(spark, uri, TABLE, filter=cond),
+            "datasource": lambda cond=condition: mere.spark.read(
+                spark, uri, TABLE, filter=cond, method="datasource"
+            ),
+        }
+        medians = {}
+        counts = {}
+        for reader, make in readers.items():
+            counts[reader] = make().count()
+            medians[reader] = c.median(timed(lambda make=make: make().count(), args.repeats))
+            print(f"  {condition:<24} {reader:<10} {medians[reader]:.2f} s", flush=True)
+        base = medians["parquet"]
+        rows_out.append(
+            [
+                condition,
+                counts["native"],
+                medians["parquet"],
+                medians["native"],
+                medians["datasource"],
+                f"{medians['native'] / base:.2f}x",
+                f"{medians['datasource'] / base:.2f}x",
+            ]
+        )
+    spark.stop()
+    print(
+        c.format_table(
+            [
+                "filter",
+                "rows",
+                "parquet s",
+                "native s",
+                "datasource s",
+                "native/parquet",
+                "datasource/parquet",
+            ],
+            rows_out,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
