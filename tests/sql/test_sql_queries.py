@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import random
+from decimal import Decimal as D
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -126,6 +128,44 @@ def test_renamed_added_and_widened_columns_read_like_the_scan(odd_db: mere.Datab
     )
     snap = odd_db.snapshot().table("odd")
     assert rows(snap.to_dataset().to_table()) == rows(expected)
+
+
+@pytest.mark.parametrize(
+    ("old", "old_value", "new", "new_value"),
+    [
+        (pa.decimal128(5, 2), D("1.25"), pa.decimal128(9, 4), D("1.2345")),
+        (pa.int8(), -5, pa.int64(), 300),
+    ],
+)
+def test_a_widened_column_reads_right_whatever_the_writers_clocks(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    old: pa.DataType,
+    old_value: object,
+    new: pa.DataType,
+    new_value: object,
+) -> None:
+    """DuckDB reads a list of files in its first file's types: the newest-first order
+    (by the writers' clocks) put a narrow file first when a clock ran ahead, and wider
+    values came back rounded (1.2345 as 1.23) or failed as 'corrupt'."""
+    import time
+    import types
+
+    from mere.data import writer
+
+    db = mere.connect(tmp_path / "db")
+    db.create_table("t", pa.schema([("id", pa.int64()), ("v", old)]))
+    ahead = types.SimpleNamespace(time=lambda: time.time() + 60)  # a minute ahead
+    monkeypatch.setattr(writer, "time", ahead)
+    db.table("t").append(pa.table({"id": [1], "v": pa.array([old_value], old)}))
+    monkeypatch.undo()
+    with db.transaction() as tx:
+        tx.alter_table("t").widen_column("v", new)
+    db.table("t").append(pa.table({"id": [2], "v": pa.array([new_value], new)}))
+    assert native_view(db.store, db.snapshot().table("t").meta, db.snapshot().table("t").files)
+    expected = db.table("t").scan().sort_by("id")
+    assert db.sql("SELECT * FROM t ORDER BY id") == expected
+    assert db.sql("SELECT count(*) AS n FROM t WHERE v = ?", [new_value]).to_pylist() == [{"n": 1}]
 
 
 FILTERS = [

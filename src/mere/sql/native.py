@@ -45,7 +45,7 @@ import pyarrow.types as pat
 
 from mere.data.external import data_file_location
 from mere.log.actions import AddFile, TableMeta
-from mere.schema import physical_name
+from mere.schema import physical_name, widened_from
 from mere.snapshot.dataset import local_path
 from mere.sql.script import quote_identifier
 from mere.storage.local import LocalStore
@@ -133,8 +133,11 @@ def native_view(
     physical = {physical_name(f) for f in data}
     groups: dict[tuple[str | None, ...], list[str]] = defaultdict(list)
     has_inlined = False
-    # Newest first: DuckDB reads a branch in its first file's types, and a file
-    # written after a column was widened has the wider type.
+    # DuckDB reads a list of files in its first file's types. After a widening
+    # (recorded in the field, format §5) the files' types are unified by name;
+    # otherwise newest first, which holds for tables widened before the record
+    # existed unless a writer's clock ran ahead.
+    widened = any(widened_from(f) for f in data)
     for add in sorted(files, key=lambda a: a.modification_time, reverse=True):
         if add.inline is not None:  # read from the dataset registered as ``inlined``
             if inlined is None:
@@ -172,9 +175,8 @@ def native_view(
                 source = quote_identifier(physical_name(f))
                 columns.append(f"CAST({source} AS {types[f.name]}) AS {quote_identifier(f.name)}")
         listing = ", ".join(f"'{p}'" for p in paths)
-        branches.append(
-            f"SELECT {', '.join(columns)} FROM read_parquet([{listing}], hive_partitioning = false)"
-        )
+        options = "hive_partitioning = false" + (", union_by_name = true" if widened else "")
+        branches.append(f"SELECT {', '.join(columns)} FROM read_parquet([{listing}], {options})")
     if has_inlined and inlined is not None:
         columns = []
         for f in meta.schema:  # the dataset's columns: data columns by physical name
