@@ -42,6 +42,24 @@ def check_table_name(name: object) -> str:
     return name
 
 
+#: Names mere gives the relations of its own SQL statements (``__mere_target``, ...).
+RESERVED_TABLE_PREFIX = "__mere_"
+
+
+def check_new_table_name(name: object) -> str:
+    """:func:`check_table_name` for a table being created: names starting with
+    :data:`RESERVED_TABLE_PREFIX` are mere's own in SQL, where such a table could not
+    be read."""
+    check_table_name(name)
+    assert isinstance(name, str)
+    if name.lower().startswith(RESERVED_TABLE_PREFIX):
+        raise InvalidName(
+            f"invalid table name {name!r}: names starting with {RESERVED_TABLE_PREFIX!r} are "
+            "reserved for mere's own SQL"
+        )
+    return name
+
+
 def name_key(name: str) -> str:
     """The key under which names collide: table and column names are unique ignoring case."""
     return name.casefold()

@@ -91,7 +91,22 @@ def test_unknown_table(orders: mere.Database) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["../x", "a/b", "", "x" * 129, "1abc", "a b", "a\x00b", "\uff4frders", "%2F", ".", None]
+    "name",
+    [
+        "../x",
+        "a/b",
+        "",
+        "x" * 129,
+        "1abc",
+        "a b",
+        "a\x00b",
+        "\uff4frders",
+        "%2F",
+        ".",
+        None,
+        "__mere_x",
+        "__MERE_target",
+    ],
 )
 def test_invalid_table_names(orders: mere.Database, name: object) -> None:
     v = orders.version

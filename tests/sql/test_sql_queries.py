@@ -407,3 +407,29 @@ def test_a_table_of_many_partitions_is_read_as_a_dataset(tmp_path) -> None:
     snap = db.snapshot().table("t")
     assert native_view(db.store, snap.meta, snap.files) is None
     assert db.sql("SELECT count(*) AS n FROM t WHERE p = 3").to_pylist() == [{"n": 5}]
+
+
+@pytest.mark.parametrize("name", ["pg_tables", "duckdb_tables", "sqlite_master", "tables"])
+def test_a_table_named_like_a_duckdb_catalog_view_is_the_table(tmp_path: Path, name: str) -> None:
+    """DuckDB's parser leaves its catalog views' names out of a query's tables: such a
+    table went unregistered and the query read DuckDB's view, with no error."""
+    db = mere.connect(tmp_path / "db")
+    db.sql(f"CREATE TABLE {name} (a BIGINT); INSERT INTO {name} VALUES (7)")
+    assert db.sql(f"SELECT * FROM {name}").to_pylist() == [{"a": 7}]
+    assert db.sql(f"SELECT count(*) AS n FROM {name.upper()}").to_pylist() == [{"n": 1}]
+    db.sql(f"CREATE TABLE dst AS SELECT a + 1 AS b FROM {name}")
+    assert db.table("dst").scan().to_pylist() == [{"b": 8}]
+
+
+def test_a_query_s_own_cte_may_take_the_name_of_the_table_it_reads(db: mere.Database) -> None:
+    """As in DuckDB: ``WITH t AS (... FROM t)`` reads the table t (it was a duplicate
+    CTE name next to the one mere put in front)."""
+    db.sql("CREATE TABLE t (id BIGINT); INSERT INTO t VALUES (1), (2), (3)")
+    got = db.sql("WITH t AS (SELECT * FROM t WHERE id > 1) SELECT count(*) AS n FROM t")
+    assert got.to_pylist() == [{"n": 2}]
+    again = db.sql(
+        "WITH RECURSIVE x AS (SELECT 1 AS k), t (id) AS (SELECT id * 10 FROM t) "
+        "SELECT sum(id) AS s FROM t, x"
+    )
+    assert again.to_pylist() == [{"s": 60}]
+    assert db.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 3}]  # no view left

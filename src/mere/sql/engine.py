@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
-from sqlglot.tokens import TokenType
+from sqlglot.tokens import Token, TokenType
 
 from mere.errors import MissingDependency
 from mere.log.actions import AddFile, TableMeta
@@ -186,6 +186,28 @@ def with_views(statement: Statement, views: Sequence[tuple[str, str]]) -> str:
     return f"WITH {ctes} {text}"
 
 
+def top_level_cte_names(tokens: Sequence[Token]) -> set[str]:
+    """The names (lower case) a statement's leading ``WITH`` defines, at its top level."""
+    if not tokens or tokens[0].text.upper() != "WITH":
+        return set()
+    names: set[str] = set()
+    depth, expect_name = 0, True
+    for tok in tokens[1:]:
+        if tok.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif tok.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif depth == 0:
+            if tok.token_type == TokenType.COMMA:
+                expect_name = True
+            elif expect_name and tok.token_type in _NAME_TOKENS:
+                names.add(tok.text.lower())
+                expect_name = False
+            elif tok.text.upper() in ("SELECT", "FROM", "VALUES", "TABLE"):
+                break  # the query after the WITH clause
+    return names
+
+
 def statement_type(con: Any, text: str) -> str:
     """DuckDB's type of the one statement in ``text`` (``SELECT``, ``INSERT``, ...)."""
     try:
@@ -204,10 +226,26 @@ def table_names(con: Any, text: str) -> set[str]:
     where it cannot (it binds some joins), every identifier in the text is a
     candidate, which over-approximates: a name that is no table is skipped.
     """
+    words = {t.text for t in tokenize(text) if t.token_type in _NAME_TOKENS}
     try:
-        return set(con.get_table_names(text))
+        names = set(con.get_table_names(text))
     except duckdb_errors():
-        return {t.text for t in tokenize(text) if t.token_type in _NAME_TOKENS}
+        return words
+    # DuckDB leaves out the names of its catalog views (pg_tables, sqlite_master,
+    # tables, ...): a mere table of such a name must still be registered over them.
+    return names | {w for w in words if w.lower() in _catalog_views(con)}
+
+
+_CATALOG_VIEWS: frozenset[str] | None = None
+
+
+def _catalog_views(con: Any) -> frozenset[str]:
+    """The names of DuckDB's built-in views (the same in every connection: read once)."""
+    global _CATALOG_VIEWS
+    if _CATALOG_VIEWS is None:
+        rows = con.execute("SELECT view_name FROM duckdb_views() WHERE internal").fetchall()
+        _CATALOG_VIEWS = frozenset(str(name).lower() for (name,) in rows)
+    return _CATALOG_VIEWS
 
 
 def run(con: Any, text: str, params: Sequence[Any] | Mapping[str, Any] | None) -> pa.Table:

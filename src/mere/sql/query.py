@@ -28,7 +28,13 @@ from mere.snapshot.state import DatabaseState
 from mere.sql import engine
 from mere.sql.catalog import Catalog
 from mere.sql.errors import SQLError, UnsupportedSQL
-from mere.sql.script import Statement, TimeTravel, rewrite_time_travel, tokenize
+from mere.sql.script import (
+    Statement,
+    TimeTravel,
+    quote_identifier,
+    rewrite_time_travel,
+    tokenize,
+)
 from mere.storage import ObjectStore
 
 Params = Sequence[Any] | Mapping[str, Any] | None
@@ -106,8 +112,15 @@ def run_query(catalog: Catalog, statement: Statement) -> pa.Table:
             inline = []
         registered = register_tables(con, catalog, text, travels, inline)
         if inline:
+            tokens = tokenize(text)
+            # A table the query's own WITH also names (``WITH t AS (... FROM t)``):
+            # as a view, under which the query's CTE reads it, not a second CTE.
+            mine = engine.top_level_cte_names(tokens)
+            for name, view in [v for v in inline if v[0].lower() in mine]:
+                engine.execute(con, f"CREATE TEMP VIEW {quote_identifier(name)} AS {view}", None)
+                inline.remove((name, view))
             text = engine.with_views(
-                dataclasses.replace(statement, text=text, tokens=tokenize(text)), inline
+                dataclasses.replace(statement, text=text, tokens=tokens), inline
             )
         try:
             return engine.run(con, text, statement.params)

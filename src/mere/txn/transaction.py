@@ -44,7 +44,7 @@ from mere.log.actions import (
     RemoveFile,
     TableMeta,
 )
-from mere.names import check_table_name
+from mere.names import check_new_table_name
 from mere.schema import conform, merge_schema, normalize_schema, to_arrow_table
 from mere.snapshot.scan import scan_batches, scan_files
 from mere.snapshot.snapshot import describe_table
@@ -227,7 +227,7 @@ class Transaction:
             InvalidName, SchemaMismatch: a bad name, id, schema or partition column.
         """
         with self.statement() as stage:
-            check_table_name(name)
+            check_new_table_name(name)
             if isinstance(partition_by, str):
                 raise SchemaMismatch("partition_by must be a list of column names, not a string")
             existing = stage.lookup(name)
