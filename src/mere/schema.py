@@ -12,6 +12,7 @@ every primitive spelling.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -312,16 +313,16 @@ def _rows_spelling_the_schema(rows: list[Any], schema: pa.Schema) -> pa.Table | 
     except _VALUE_ERRORS:
         return None
     for f in schema:
-        if f.type in _NARROW_FLOATS:
-            _check_float_range(f.name, [row[f.name] for row in rows], table.column(f.name))
+        if _may_lose(f.type):
+            _check_lossless(f.name, [row[f.name] for row in rows], table.column(f.name))
     return table
 
 
 def _column_from_values(column: str, values: list[Any], type: pa.DataType | None) -> pa.Array:
     try:
         array = pa.array(values, type=type)
-        if type in _NARROW_FLOATS:
-            _check_float_range(column, values, array)
+        if type is not None and _may_lose(type):
+            _check_lossless(column, values, array)
         return array
     except _VALUE_ERRORS as exc:
         for i, value in enumerate(values):  # find the first row that does not fit
@@ -414,15 +415,43 @@ def _beyond_range(wide: pa.Array | pa.ChunkedArray, narrow: pa.Array | pa.Chunke
     return bool(pc.any(pc.and_(pc.is_finite(wide), pc.is_inf(narrow))).as_py())
 
 
-def _check_float_range(column: str, values: list[Any], narrow: pa.Array | pa.ChunkedArray) -> None:
-    """Refuse Python numbers that overflowed a REAL column (they round otherwise, as in SQL)."""
-    if not pc.any(pc.is_inf(narrow)).as_py():
+def _may_lose(type_: pa.DataType) -> bool:
+    """Whether pyarrow's conversion of Python values to ``type_`` can drop part of one
+    without an error (a float's fraction into an integer, a time into a date, ...)."""
+    return bool(
+        type_ in _NARROW_FLOATS
+        or pat.is_integer(type_)
+        or pat.is_date(type_)
+        or (pat.is_timestamp(type_) and type_.unit in ("s", "ms"))
+    )
+
+
+def _check_lossless(column: str, values: list[Any], array: pa.Array | pa.ChunkedArray) -> None:
+    """Refuse Python values pyarrow stored in ``array`` with a part dropped: the rule
+    Arrow data meets in :func:`conform` (only a DOUBLE's rounding into REAL is taken)."""
+    t = array.type
+    if t in _NARROW_FLOATS:
+        if pc.any(pc.is_inf(array)).as_py() and _beyond_range(
+            pa.array(values, pa.float64()), array
+        ):
+            raise SchemaMismatch(f"column {column!r} ({t}): a value is beyond the range of {t}")
         return
-    wide = pa.array(values, pa.float64())
-    if _beyond_range(wide, narrow):
-        raise SchemaMismatch(
-            f"column {column!r} ({narrow.type}): a value is beyond the range of {narrow.type}"
-        )
+    per = {"s": 1_000_000, "ms": 1_000}.get(getattr(t, "unit", ""), 1)
+    for i, value in enumerate(values):
+        lost = False
+        if isinstance(value, float):
+            lost = pat.is_integer(t) and not value.is_integer()
+        elif isinstance(value, datetime.datetime):
+            if pat.is_date(t):
+                lost = value.time() != datetime.time()
+            elif pat.is_timestamp(t):
+                lost = value.microsecond % per != 0
+        if lost:
+            raise SchemaMismatch(
+                f"column {column!r} ({t}): row {i} holds {value!r}, which does not fit "
+                "without loss",
+                help="round or convert the value first (Arrow data is held to the same rule)",
+            )
 
 
 def _drops_time_of_day(col: pa.ChunkedArray, target: pa.DataType) -> bool:

@@ -74,6 +74,33 @@ def test_a_double_beyond_real_is_a_mismatch(db: mere.Database, data: object) -> 
     assert db.table("r").scan().column("f").to_pylist() == [pytest.approx(0.1), float("inf")]
 
 
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("i", 1.9),
+        ("ts", dt.datetime(2024, 1, 1, 0, 0, 0, 700000)),
+        ("d", dt.datetime(2024, 1, 1, 13, 0)),
+    ],
+)
+def test_rows_are_held_to_the_lossless_rule_arrow_data_meets(
+    db: mere.Database, column: str, value: object
+) -> None:
+    """pyarrow dropped the fraction of 1.9 into an integer column, a time into a date,
+    milliseconds into seconds; Arrow tables with the same values were refused."""
+    schema = pa.schema([("i", pa.int64()), ("ts", pa.timestamp("s")), ("d", pa.date32())])
+    db.create_table("l", schema, primary_key=["i"])
+    db.table("l").append([{"i": 1}])
+    data = [{"i": value}] if column == "i" else [{"i": 1, column: value}]
+    with pytest.raises(mere.SchemaMismatch, match="without loss"):
+        db.table("l").append(data)
+    with pytest.raises(mere.SchemaMismatch, match="without loss"):
+        db.table("l").append(data, on_duplicate="update")
+    assert db.table("l").scan().to_pylist() == [{"i": 1, "ts": None, "d": None}]
+    whole = {"i": 2.0, "ts": dt.datetime(2024, 1, 1, 5), "d": dt.datetime(2024, 1, 1)}
+    db.table("l").append([whole])  # nothing dropped: taken
+    assert db.table("l").scan(filter="i = 2").num_rows == 1
+
+
 def test_null_in_not_null_column(orders: mere.Database) -> None:
     v = orders.version
     with pytest.raises(mere.ConstraintViolation):
