@@ -20,6 +20,8 @@ from mere.names import check_table_name, name_key
 CHECK_PREFIX = "mere.check."
 #: The table property holding the primary key: a JSON list of column names.
 PRIMARY_KEY_PROPERTY = "mere.primaryKey"
+#: The property an export's target sets on tables whose files live elsewhere (format §11.6).
+EXTERNAL_FILES = "mere.externalFiles"
 
 
 def primary_key(properties: Mapping[str, str]) -> list[str]:
@@ -56,9 +58,38 @@ def resolve_primary_key(schema: pa.Schema, columns: Sequence[str]) -> tuple[list
             raise InvalidName(f"primary key column {name!r} is named twice")
         if pa.types.is_nested(schema.field(name).type):
             raise InvalidName(f"primary key column {name!r} has a nested type")
+        if pa.types.is_null(schema.field(name).type):
+            raise InvalidName(f"primary key column {name!r} has the null type: it holds no value")
         resolved.append(name)
     fields = [f.with_nullable(False) if f.name in resolved else f for f in schema]
     return resolved, pa.schema(fields, metadata=schema.metadata)
+
+
+def check_reserved_properties(properties: Mapping[str, str], schema: pa.Schema) -> pa.Schema:
+    """Validate the ``mere.*`` properties of a table being created from whole metadata
+    (its key and constraints, as :meth:`AlterTable` would make them); return the schema
+    with the key columns NOT NULL.
+
+    Raises:
+        InvalidName: an unknown ``mere.*`` key, or a key that does not name columns.
+        InvalidExpression: a constraint that does not compile against the schema.
+    """
+    for key in properties:
+        if key.startswith("mere.") and not (
+            key in (PRIMARY_KEY_PROPERTY, EXTERNAL_FILES) or key.startswith(CHECK_PREFIX)
+        ):
+            raise InvalidName(f"property keys starting with 'mere.' are reserved: {key!r}")
+    if PRIMARY_KEY_PROPERTY in properties:
+        try:
+            columns = primary_key(properties)
+        except ValueError:
+            raise InvalidName(
+                f"table property {PRIMARY_KEY_PROPERTY} must be a JSON list of names"
+            ) from None
+        schema = resolve_primary_key(schema, columns)[1]
+    for name, sql in checks(properties).items():
+        compile_check(name, sql, schema)
+    return schema
 
 
 def checks(properties: Mapping[str, str]) -> dict[str, str]:

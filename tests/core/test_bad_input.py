@@ -270,3 +270,41 @@ def test_a_zoned_midnight_goes_into_a_date_column_as_its_local_date(db: mere.Dat
     )
     with pytest.raises(mere.SchemaMismatch, match="without loss"):
         db.table("days").append(pa.table({"day": noon}))
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        {"mere.primaryKey": "zz"},
+        {"mere.primaryKey": '["zz"]'},
+        {"mere.primaryKey": "[]"},
+        {"mere.check.c": "a >"},
+        {"mere.check.": "a > 0"},
+        {"mere.somethingElse": "x"},
+    ],
+)
+def test_reserved_table_properties_are_checked_at_creation(
+    db: mere.Database, properties: dict[str, str]
+) -> None:
+    """They committed a table every later append (and `mere tables`) failed on."""
+    v = db.version
+    with pytest.raises((mere.InvalidName, mere.InvalidExpression)):
+        db.create_table("bad", pa.schema([("a", pa.int64())]), properties=properties)
+    assert db.version == v
+    good = {"mere.primaryKey": '["a"]', "mere.check.pos": "a > 0"}
+    db.create_table("good", pa.schema([("a", pa.int64())]), properties=good)
+    with pytest.raises(mere.ConstraintViolation):
+        db.table("good").append([{"a": -1}])
+    db.table("good").append([{"a": 1}])
+    with pytest.raises(mere.DuplicateKey):
+        db.table("good").append([{"a": 1}])
+
+
+def test_values_the_log_cannot_hold_are_refused_where_given(db: mere.Database) -> None:
+    db.create_table("t", pa.schema([("a", pa.int64())]))
+    v = db.version
+    with db.transaction() as tx, pytest.raises(mere.InvalidArgument, match="2\\*\\*63"):
+        tx.set_app_transaction("app", 2**63)
+    with pytest.raises(mere.InvalidName, match="null type"):
+        db.create_table("n", pa.schema([("a", pa.null())]), primary_key=["a"])
+    assert db.version == v

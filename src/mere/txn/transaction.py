@@ -23,7 +23,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mere.constraints import PRIMARY_KEY_PROPERTY, key_property, resolve_primary_key
+from mere.constraints import (
+    PRIMARY_KEY_PROPERTY,
+    check_reserved_properties,
+    key_property,
+    resolve_primary_key,
+)
 from mere.data.writer import DEFAULT_TARGET_FILE_SIZE
 from mere.errors import (
     CommitOutcomeUnknown,
@@ -246,6 +251,8 @@ class Transaction:
                     raise InvalidName("property keys starting with 'mere.' are reserved")
                 columns, schema = resolve_primary_key(schema, primary_key)
                 props[PRIMARY_KEY_PROPERTY] = key_property(columns)
+            else:  # whole metadata handed in (a table re-created): its key and checks hold
+                schema = check_reserved_properties(props, schema)
             meta = TableMeta(
                 id=table_id,
                 name=name,
@@ -321,8 +328,10 @@ class Transaction:
         self.check_open()
         if not isinstance(app_id, str) or not app_id:
             raise InvalidName("app_id must be a non-empty string")
-        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-            raise InvalidArgument("an application transaction version must be a non-negative int")
+        if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version < 2**63:
+            raise InvalidArgument(
+                "an application transaction version must be a non-negative int below 2**63"
+            )
         self.stage.set_app_transaction(AppTxn(app_id, version, int(time.time() * 1000)))
 
     def app_version(self, app_id: str) -> int | None:
