@@ -280,3 +280,15 @@ def test_delta_export_of_the_extreme_timestamps_leaves_out_what_delta_cannot_bou
     db.table("t").export_delta(tmp_path / "delta")
     [info] = read_delta(tmp_path / "delta").values()
     assert sorted(row["ts"] for row in info["rows"]) == sorted(str(t) for t in extremes)
+
+
+@pytest.mark.parametrize("where", ["", "/_log", "/tables/x"])
+def test_a_delta_export_into_its_own_database_is_refused(tmp_path: Path, where: str) -> None:
+    """It wrote _delta_log/ and Parquet copies inside the mere database."""
+    db = mere.connect(tmp_path / "db")
+    db.create_table("events", EVENTS)
+    db.table("events").append(events([1]))
+    with pytest.raises(mere.InvalidArgument, match=r"itself|inside"):
+        db.table("events").export_delta(str(tmp_path / "db") + where)
+    assert sorted(p.name for p in (tmp_path / "db").iterdir()) == ["_log", "tables"]
+    assert not (tmp_path / "db" / "_log" / "_delta_log").exists()

@@ -50,6 +50,7 @@ from mere.errors import (
 )
 from mere.log.actions import AddFile, TableMeta
 from mere.maintain.common import DataFileMissing
+from mere.maintain.export import locate_target
 from mere.maintain.progress import progress
 from mere.schema import physical_name
 from mere.storage import ObjectStore, open_store
@@ -298,6 +299,7 @@ def export_delta(
     table = snapshot.table(name)
     state = db.state_at(snapshot.version).tables[table.id]
     meta = state.meta
+    locate_target(target, db.store.uri)  # not the source, nor inside or around it
     store = target if isinstance(target, ObjectStore) else open_store(target)
     if store.exists(DELTA_LOG_0):
         raise DeltaExportError(f"{store.uri} already holds a Delta table")

@@ -252,7 +252,7 @@ def export(
             if mode == "partial"
             else f"since= only applies to partial exports, not {mode}"
         )
-    located, target_uri = _locate_target(target, db.store.uri)
+    located, target_uri = locate_target(target, db.store.uri)
     if located is not None and Log(located).latest_version() is not None:
         raise ExportTargetExists(
             f"{target_uri} already holds a mere database", help="export to an empty location"
@@ -417,7 +417,7 @@ def _relative_path(meta: TableMeta, add: AddFile) -> str:
     return key[len(meta.prefix) :]
 
 
-def _locate_target(
+def locate_target(
     target: str | os.PathLike[str] | ObjectStore, source_uri: str
 ) -> tuple[ObjectStore | None, str]:
     """(the target store, or None for a local directory not created yet; the target's URI).
