@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -216,6 +217,17 @@ def test_connect_without_create(tmp_path: object) -> None:
 def test_unknown_scheme() -> None:
     with pytest.raises(mere.StorageError, match="unknown storage scheme"):
         mere.connect("ftp://host/db")
+
+
+@pytest.mark.parametrize("uri", ["file://", "file://localhost", "  "])
+def test_a_uri_naming_no_path_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uri: str
+) -> None:
+    """``file://`` created a database in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(mere.InvalidArgument, match="URI must"):
+        mere.connect(uri)
+    assert list(tmp_path.iterdir()) == []
 
 
 BEYOND_9999 = pa.array([2_932_897 + 10, 0], pa.int32()).cast(pa.date32())  # 10000-01-11, 1970

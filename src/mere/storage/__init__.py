@@ -104,6 +104,11 @@ def open_store(
         path = unquote(parsed.path) if scheme == "file" else text
         if scheme == "file" and parsed.netloc not in ("", "localhost"):
             raise StorageError(f"file URI with a remote host is not supported: {text!r}")
+        if not path.strip():  # file:// names no path: the working directory, as above
+            raise InvalidArgument(
+                f"a database URI must name a path (got {text!r})",
+                help="file:///absolute/path, or a plain path",
+            )
         return LocalStore(path, create=create)
     if scheme == "memory":
         return MemoryStore((parsed.netloc + parsed.path).strip("/"))
