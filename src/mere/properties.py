@@ -73,7 +73,12 @@ def parse_duration(text: str) -> timedelta:
         pos = match.end()
         while pos < len(source) and source[pos] == " ":
             pos += 1
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise InvalidArgument(
+            f"{text!r} is a longer duration than can be held (at most 999999999 days)"
+        ) from None
 
 
 def minimum_retention(

@@ -89,6 +89,8 @@ def test_version_that_does_not_exist(small: mere.Database) -> None:
         ["scan", "URI", "t", "--timestamp", "yesterday"],
         ["scan", "URI", "t", "--version", "-1"],
         ["scan", "URI", "t", "--limit", "-5"],
+        ["scan", "URI", "t", "--limit", "99999999999999999999999"],
+        ["vacuum", "URI", "--retention", "99999999999999w"],
         ["scan", "URI", "t", "--columns", " , "],
         ["history", "URI", "--limit", "0"],
         ["describe", "URI"],

@@ -213,7 +213,7 @@ def _history_entry(entry: dict[str, Any]) -> dict[str, Any]:
 @click.argument("uri")
 @click.option(
     "--limit",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=2**63 - 1),
     default=None,
     metavar="N",
     help="Show only the newest N commits (default: all).",
@@ -279,7 +279,7 @@ def _parse_columns(text: str | None) -> list[str] | None:
 )
 @click.option(
     "--limit",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=2**63 - 1),
     default=None,
     metavar="N",
     help=f"Stop after N rows; 0 means no limit (default: {DEFAULT_TERMINAL_LIMIT} "
