@@ -152,8 +152,15 @@ class Database:
         max_commit_attempts: int = DEFAULT_MAX_COMMIT_ATTEMPTS,
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     ) -> None:
-        if checkpoint_interval is not None and checkpoint_interval < 1:
-            raise InvalidArgument("checkpoint_interval must be at least 1")
+        for name, value, least in (
+            ("checkpoint_interval", checkpoint_interval, 1),
+            ("max_commit_attempts", max_commit_attempts, 1),
+            ("target_file_size", target_file_size, 1),
+        ):
+            if value is None and name == "checkpoint_interval":
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise InvalidArgument(f"{name} must be a whole number of at least {least}")
         properties = {
             CHECKPOINT_INTERVAL_PROPERTY: str(checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL)
         }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -320,3 +321,34 @@ def test_values_the_log_cannot_hold_are_refused_where_given(db: mere.Database) -
     with pytest.raises(mere.InvalidName, match="null type"):
         db.create_table("n", pa.schema([("a", pa.null())]), primary_key=["a"])
     assert db.version == v
+
+
+def test_arguments_of_the_wrong_kind_are_named(tmp_path: Path) -> None:
+    """They raised TypeError/AttributeError from deep inside, or were taken and failed
+    at the first write."""
+    for options in (
+        {"checkpoint_interval": "10"},
+        {"target_file_size": "big"},
+        {"target_file_size": 0},
+        {"max_commit_attempts": 0},
+    ):
+        name = next(iter(options))
+        with pytest.raises(mere.InvalidArgument, match=name):
+            mere.connect(tmp_path / "db", **options)  # type: ignore[arg-type]
+    db = mere.connect(tmp_path / "db")
+    schema = pa.schema([("a", pa.int64())])
+    v = db.version
+    with pytest.raises(mere.InvalidArgument, match="dict"):
+        db.set_properties(None)  # type: ignore[arg-type]
+    with pytest.raises(mere.SchemaMismatch, match="partition_by"):
+        db.create_table("t", schema, partition_by=None)  # type: ignore[arg-type]
+    with pytest.raises(mere.InvalidName, match="dict"):
+        db.create_table("t", schema, properties=[1])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="min_retention"):
+        db.vacuum(timedelta(0), min_retention="1h")  # type: ignore[arg-type]
+    with pytest.raises(mere.InvalidArgument, match="min_retention"):
+        db.expire(timedelta(0), min_retention=timedelta(-1))
+    db.create_table("t", schema)
+    with db.transaction() as tx, pytest.raises(mere.InvalidName, match="dict"):
+        tx.alter_table("t").set_properties(None)  # type: ignore[arg-type]
+    assert db.version == v + 1

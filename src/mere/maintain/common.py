@@ -100,6 +100,12 @@ def check_retention(
         raise TypeError(f"retention must be a datetime.timedelta, not {type(retention).__name__}")
     if retention < timedelta(0):
         raise InvalidArgument("retention cannot be negative")
+    if min_retention is not None and not isinstance(min_retention, timedelta):
+        raise TypeError(
+            f"min_retention must be a datetime.timedelta, not {type(min_retention).__name__}"
+        )
+    if min_retention is not None and min_retention < timedelta(0):
+        raise InvalidArgument("min_retention cannot be negative")
     minimum = minimum_retention(db.latest_state().properties, min_retention)
     if retention < minimum and not force:
         raise RetentionTooShort(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +112,10 @@ class AlterTable:
 
     def set_properties(self, properties: dict[str, str]) -> AlterTable:
         """Set table properties (string to string); ``mere.*`` keys are reserved."""
+        if not isinstance(properties, Mapping):
+            raise InvalidName(
+                f"table properties must be a dict of strings, not {type(properties).__name__}"
+            )
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items()):
             raise InvalidName("table properties must map strings to strings")
         reserved = [k for k in properties if k.startswith("mere.")]

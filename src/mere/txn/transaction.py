@@ -233,11 +233,18 @@ class Transaction:
         """
         with self.statement() as stage:
             check_new_table_name(name)
-            if isinstance(partition_by, str):
-                raise SchemaMismatch("partition_by must be a list of column names, not a string")
+            if isinstance(partition_by, str) or not isinstance(partition_by, Sequence):
+                raise SchemaMismatch(
+                    "partition_by must be a list of column names, not "
+                    f"{type(partition_by).__name__}"
+                )
             existing = stage.lookup(name)
             if existing is not None and if_not_exists:
                 return TxTable(self, existing.id)
+            if properties is not None and not isinstance(properties, Mapping):
+                raise InvalidName(
+                    f"table properties must be a dict of strings, not {type(properties).__name__}"
+                )
             props = dict(properties or {})
             if not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
                 raise InvalidName("table properties must map strings to strings")
@@ -298,6 +305,10 @@ class Transaction:
         Raises:
             ValueError: a key or value is not text, or a known property is invalid.
         """
+        if not isinstance(properties, Mapping):
+            raise InvalidArgument(
+                f"properties must be a dict of names to values, not {type(properties).__name__}"
+            )
         with self.statement() as stage:
             if self.read_state.database is None:
                 raise InvalidArgument("the database has no metadata to change")
