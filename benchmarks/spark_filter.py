@@ -30,7 +30,8 @@ FILTERS = [
     "id = 1234567",  # one row group
     "country = 'FR'",  # a tenth of the rows, every row group
     "amount > 990",  # a hundredth, every row group
-    "note LIKE 'note-12%'",  # only mere's engine (LIKE is never handed to Spark)
+    "note LIKE 'note-12%'",  # a LIKE without a backslash: Spark's too
+    "amount * 2 > 1980",  # arithmetic: mere's engine on Arrow batches (mapInArrow)
 ]
 
 
