@@ -18,13 +18,10 @@ medians, with their ratio to ``parquet``).
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import _common as c
-from spark_read import TABLE, build, session, timed
+from spark_read import TABLE, arguments, prepare, timed
 
 FILTERS = [
     "id = 1234567",  # one row group
@@ -36,27 +33,11 @@ FILTERS = [
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=2_000_000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--driver-memory", default="4g")
-    args = parser.parse_args()
-
-    c.print_machine()
-    workdir = args.workdir or Path(tempfile.gettempdir()) / "mere-bench-spark-read"
-    uri = str(workdir / f"db-{args.rows}")
-    db = build(uri, args.rows)
-    snapshot = db.snapshot().table(TABLE)
+    args = arguments(__doc__.split("\n")[0], rows=2_000_000).parse_args()
+    uri, _, spark, paths, _ = prepare(args)
 
     import mere.spark
-    from mere.spark._native import table_location
 
-    spark = session(args.master, args.driver_memory)
-    mere.spark.register(spark)
-    location = table_location(db.store, mere.spark._core.table_meta(snapshot))
-    paths = [f"{location}/{f.path}" for f in snapshot.files]
     rows_out: list[list[Any]] = []
     for condition in FILTERS:
         readers = {

@@ -33,7 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -176,33 +176,55 @@ def timed(run: Callable[[], Any], repeats: int) -> list[float]:
     return times
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=10_000_000)
+def arguments(description: str, rows: int) -> argparse.ArgumentParser:
+    """The options every Spark read benchmark takes (``--rows`` defaulting to ``rows``)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rows", type=int, default=rows)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="4g")
-    parser.add_argument("--write", action="store_true", help="also time writes")
-    parser.add_argument("--out", default=None, help="results JSON path")
-    args = parser.parse_args()
+    return parser
+
+
+class Prepared(NamedTuple):
+    """A Spark read benchmark's table and session (see :func:`prepare`)."""
+
+    uri: str
+    workdir: Path
+    spark: Any
+    paths: list[str]  # the table's data files, as Spark reads them
+    size: int  # their bytes
+
+
+def prepare(args: argparse.Namespace) -> Prepared:
+    """The table built (or reused) and a session with the data source registered."""
+    import mere.spark
+    from mere.spark._native import table_location
 
     c.print_machine()
     workdir = args.workdir or Path(tempfile.gettempdir()) / "mere-bench-spark-read"
     uri = str(workdir / f"db-{args.rows}")
     db = build(uri, args.rows)
     snapshot = db.snapshot().table(TABLE)
-    files = snapshot.files
-    size = sum(f.size for f in files)
-    print(f"{len(files)} files, {size / 2**20:.0f} MiB", flush=True)
-
-    import mere.spark
-    from mere.spark._native import table_location
-
+    size = sum(f.size for f in snapshot.files)
+    print(f"{len(snapshot.files)} files, {size / 2**20:.0f} MiB", flush=True)
     spark = session(args.master, args.driver_memory)
     mere.spark.register(spark)
     location = table_location(db.store, mere.spark._core.table_meta(snapshot))
-    paths = [f"{location}/{f.path}" for f in files]
+    paths = [f"{location}/{f.path}" for f in snapshot.files]
+    return Prepared(uri, workdir, spark, paths, size)
+
+
+def main() -> None:
+    parser = arguments(__doc__.split("\n")[0], rows=10_000_000)
+    parser.add_argument("--write", action="store_true", help="also time writes")
+    parser.add_argument("--out", default=None, help="results JSON path")
+    args = parser.parse_args()
+    uri, workdir, spark, paths, size = prepare(args)
+
+    import mere.spark
+
     readers: dict[str, Callable[[], Any]] = {
         "parquet": lambda: spark.read.parquet(*paths),
         "datasource": lambda: spark.read.format("mere").option("database", uri).load(TABLE),
@@ -256,7 +278,7 @@ def main() -> None:
         "spark_read",
         {
             "rows": args.rows,
-            "files": len(files),
+            "files": len(paths),
             "bytes": size,
             "results": results,
             "writes": writes,
