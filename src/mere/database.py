@@ -374,7 +374,9 @@ class Database:
             state if state is not None else self.latest_state(),
             isolation,
             after_commit=self.after_commit,
-            max_commit_attempts=max_commit_attempts or self.max_commit_attempts,
+            max_commit_attempts=(
+                self.max_commit_attempts if max_commit_attempts is None else max_commit_attempts
+            ),
             target_file_size=self.target_file_size,
         )
 

@@ -1,4 +1,4 @@
-"""Database properties mere reads, with their defaults, parsing and validation.
+"""Database and table properties mere reads, with their defaults, parsing and validation.
 
 They live in the ``database`` action (docs/format.md §2.3): set at creation
 (``connect(checkpoint_interval=...)``) and changed later with
@@ -23,6 +23,10 @@ DEFAULT_CHECKPOINT_INTERVAL = 100
 DEFAULT_MIN_RETENTION = timedelta(hours=1)
 #: Database property holding the minimum retention, as a duration (``"1h"``, ``"7d"``, ``"3600"``).
 MIN_RETENTION_PROPERTY = "vacuumMinRetention"
+
+#: Table property: the size compaction packs the table's files up to (decimal
+#: bytes; absent: the database's target file size).
+TARGET_FILE_SIZE_PROPERTY = "targetFileSize"
 
 #: Data files of at most this many bytes are inlined in their commit (decimal
 #: text; absent or 0: never). Setting it moves the database to format version 3.
@@ -151,3 +155,14 @@ def check_database_properties(properties: Mapping[str, str]) -> None:
             f"not {interval!r}"
         )
     minimum_retention(properties)
+
+
+def check_table_properties(properties: Mapping[str, str]) -> None:
+    """Raise InvalidArgument when a table property mere reads has a value it cannot use,
+    so that a bad value is refused where it is set, not at the first compaction."""
+    text = properties.get(TARGET_FILE_SIZE_PROPERTY)
+    if text is not None and not (text.isascii() and text.isdigit() and int(text) >= 1):
+        raise InvalidArgument(
+            f"table property {TARGET_FILE_SIZE_PROPERTY} must be a whole number of bytes >= 1, "
+            f"not {text!r}"
+        )

@@ -352,3 +352,31 @@ def test_arguments_of_the_wrong_kind_are_named(tmp_path: Path) -> None:
     with db.transaction() as tx, pytest.raises(mere.InvalidName, match="dict"):
         tx.alter_table("t").set_properties(None)  # type: ignore[arg-type]
     assert db.version == v + 1
+
+
+@pytest.mark.parametrize("attempts", [0, -1, "3", True])
+def test_a_transaction_given_no_commit_attempts_is_refused(
+    db: mere.Database, attempts: object
+) -> None:
+    """`db.transaction(max_commit_attempts=0)` silently used the database's default."""
+    with pytest.raises(mere.InvalidArgument, match="max_commit_attempts"):
+        db.transaction(max_commit_attempts=attempts)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("size", ["abc", "0", "-5", "1e9", ""])
+def test_a_target_file_size_property_compaction_cannot_use_is_refused_where_set(
+    db: mere.Database, size: str
+) -> None:
+    """It was taken, and failed (or was silently ignored) at the first compaction."""
+    schema = pa.schema([("a", pa.int64())])
+    db.create_table("t", schema)
+    v = db.version
+    with pytest.raises(mere.InvalidArgument, match="targetFileSize"):
+        db.create_table("u", schema, properties={"targetFileSize": size})
+    with pytest.raises(mere.InvalidArgument, match="targetFileSize"):
+        with db.transaction() as tx:
+            tx.alter_table("t").set_properties({"targetFileSize": size})
+    assert db.version == v
+    with db.transaction() as tx:
+        tx.alter_table("t").set_properties({"targetFileSize": "1048576"})
+    assert db.table("t").describe()["properties"]["targetFileSize"] == "1048576"

@@ -38,12 +38,11 @@ from mere.data.writer import DataFileWriter
 from mere.errors import InvalidArgument, InvalidExpression, MereError, SchemaMismatch, TableNotFound
 from mere.log.actions import AddFile, TableMeta
 from mere.maintain.progress import progress
+from mere.properties import TARGET_FILE_SIZE_PROPERTY
 
 if TYPE_CHECKING:
     from mere.txn.context import DatabaseContext
 
-#: Table property overriding the target file size of compaction (bytes).
-TARGET_FILE_SIZE_PROPERTY = "targetFileSize"
 #: Bits of the z-order key (shared by its columns).
 ZORDER_BITS = 63
 

@@ -23,6 +23,7 @@ from mere.errors import ConstraintViolation, InvalidName, SchemaMismatch
 from mere.expr.parse import rename_in_sql
 from mere.log.actions import TableMeta
 from mere.names import name_key
+from mere.properties import check_table_properties
 from mere.txn.keys import duplicates_within, refuse_duplicates
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ class AlterTable:
         reserved = [k for k in properties if k.startswith("mere.")]
         if reserved:
             raise InvalidName(f"property keys starting with 'mere.' are reserved: {reserved}")
+        check_table_properties(properties)
         return self._change(
             lambda meta: replace(meta, properties={**meta.properties, **properties}),
             "SET PROPERTIES",

@@ -222,8 +222,8 @@ class Committer:
     """
 
     def __init__(self, log: Log, after_commit: AfterCommit, *, max_attempts: int) -> None:
-        if max_attempts < 1:
-            raise InvalidArgument("max_commit_attempts must be at least 1")
+        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+            raise InvalidArgument("max_commit_attempts must be a whole number of at least 1")
         self.log = log
         self.after_commit = after_commit
         self.max_attempts = max_attempts

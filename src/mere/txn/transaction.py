@@ -50,6 +50,7 @@ from mere.log.actions import (
     TableMeta,
 )
 from mere.names import check_new_table_name
+from mere.properties import check_table_properties
 from mere.schema import conform, merge_schema, normalize_schema, to_arrow_table
 from mere.snapshot.scan import scan_batches, scan_files
 from mere.snapshot.snapshot import describe_table
@@ -253,6 +254,7 @@ class Transaction:
             elif not isinstance(table_id, str) or not _TABLE_ID.match(table_id):
                 raise InvalidName(f"table id {table_id!r} is not 32 lowercase hex digits")
             schema = normalize_schema(schema, list(partition_by))
+            check_table_properties(props)
             if primary_key is not None:
                 if any(k.startswith("mere.") for k in props):
                     raise InvalidName("property keys starting with 'mere.' are reserved")
