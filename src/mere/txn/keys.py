@@ -103,9 +103,25 @@ def _parsed_key(text: str) -> tuple[str, ...]:
     return tuple(primary_key({PRIMARY_KEY_PROPERTY: text}))
 
 
+def key_rows(keys: pa.Table) -> list[dict[str, object]]:
+    """The rows of ``keys`` as dicts of Python values.
+
+    A value Python cannot hold (a duration past ``timedelta``'s range, a zoned
+    timestamp whose local time is past year 9999) is given as Arrow's text of
+    it, as is every value of its column: an error naming keys never fails itself.
+    """
+    columns: dict[str, list[object]] = {}
+    for name, column in zip(keys.column_names, keys.columns, strict=True):
+        try:
+            columns[name] = column.to_pylist()
+        except (OverflowError, ValueError):
+            columns[name] = pc.cast(column, pa.string()).to_pylist()
+    return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+
+
 def describe_keys(keys: pa.Table, limit: int = SHOWN_KEYS) -> str:
     """Up to ``limit`` key values, for a message: ``(1), (2)`` or ``(1, 'a')``."""
-    rows = keys.slice(0, limit).to_pylist()
+    rows = key_rows(keys.slice(0, limit))
     shown = ", ".join("(" + ", ".join(repr(v) for v in row.values()) + ")" for row in rows)
     more = f" and {keys.num_rows - limit} more" if keys.num_rows > limit else ""
     return shown + more
@@ -553,11 +569,15 @@ def _range_filter(column: str, values: pa.ChunkedArray) -> str | None:
         return None
     if not lo.is_valid or not hi.is_valid:
         return None
+    try:
+        low, high = lo.as_py(), hi.as_py()
+    except (OverflowError, ValueError):
+        return None  # a bound Python cannot hold (a zoned timestamp past 9999 locally)
     col = sqlexpr.Column(column)
     expr = sqlexpr.And(
         (
-            sqlexpr.Compare(">=", col, sqlexpr.Literal(lo.as_py(), values.type)),
-            sqlexpr.Compare("<=", col, sqlexpr.Literal(hi.as_py(), values.type)),
+            sqlexpr.Compare(">=", col, sqlexpr.Literal(low, values.type)),
+            sqlexpr.Compare("<=", col, sqlexpr.Literal(high, values.type)),
         )
     )
     try:
@@ -575,7 +595,7 @@ def refuse_duplicates(meta: TableMeta, duplicates: pa.Table, where: str) -> None
         raise DuplicateKey(
             f"duplicate primary key ({columns}) {where} of table {meta.name!r}: "
             f"{describe_keys(duplicates)}",
-            keys=duplicates.slice(0, SHOWN_KEYS).to_pylist(),
+            keys=key_rows(duplicates.slice(0, SHOWN_KEYS)),
         )
 
 
@@ -614,6 +634,7 @@ __all__ = [
     "intersect",
     "key_columns",
     "key_counts",
+    "key_rows",
     "key_signature",
     "live_candidates",
     "Selector",
