@@ -44,7 +44,8 @@ def resolve_primary_key(schema: pa.Schema, columns: Sequence[str]) -> tuple[list
     """Check key columns against a schema; return their spelling and the schema, keys NOT NULL.
 
     Raises:
-        InvalidName: no columns, an unknown or repeated column, or a nested type.
+        InvalidName: no columns, an unknown or repeated column, or a type a key cannot
+            have: nested, null, duration or float16.
     """
     if isinstance(columns, str) or not columns:
         raise InvalidName("a primary key is a non-empty list of column names")
@@ -60,6 +61,13 @@ def resolve_primary_key(schema: pa.Schema, columns: Sequence[str]) -> tuple[list
             raise InvalidName(f"primary key column {name!r} has a nested type")
         if pa.types.is_null(schema.field(name).type):
             raise InvalidName(f"primary key column {name!r} has the null type: it holds no value")
+        type_ = schema.field(name).type
+        if pa.types.is_duration(type_) or pa.types.is_float16(type_):
+            raise InvalidName(
+                f"primary key column {name!r} has type {type_}, which a key cannot have: "
+                "key checks, merges and upserts do not support it",
+                help="key on an integer (a duration's count of units) or a float32 column",
+            )
         resolved.append(name)
     fields = [f.with_nullable(False) if f.name in resolved else f for f in schema]
     return resolved, pa.schema(fields, metadata=schema.metadata)

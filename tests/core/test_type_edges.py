@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pytest
 
@@ -25,3 +27,35 @@ def test_a_zoned_timestamp_key_past_year_9999_in_local_time_is_checked(
     with pytest.raises(mere.DuplicateKey, match="10000-01-01"):
         table.append(pa.table({"v": late, "x": [3]}))
     assert table.scan().num_rows == 2
+
+
+@pytest.mark.parametrize(
+    "type_",
+    [pa.duration("s"), pa.duration("ns"), pa.float16()],
+    ids=["duration_s", "duration_ns", "float16"],
+)
+def test_a_key_type_mere_cannot_match_is_refused_at_creation(
+    db: mere.Database, type_: pa.DataType
+) -> None:
+    """A duration key took rows but no upsert or merge (durations do not compare); a
+    float16 key took no row at all (raw ArrowNotImplementedError on every append)."""
+    schema = pa.schema([("v", type_), ("x", pa.int32())])
+    v = db.version
+    with pytest.raises(mere.InvalidName, match=f"'v' has type {re.escape(str(type_))}"):
+        db.create_table("k", schema, primary_key=["v"])
+    with pytest.raises(mere.InvalidName, match=f"'v' has type {re.escape(str(type_))}"):
+        db.create_table("k", schema, properties={"mere.primaryKey": '["v"]'})
+    assert db.version == v
+    db.create_table("k", schema)
+    with pytest.raises(mere.InvalidName, match=f"'v' has type {re.escape(str(type_))}"):
+        with db.transaction() as tx:
+            tx.alter_table("k").set_primary_key(["v"])
+
+
+def test_key_values_python_cannot_hold_are_named_by_their_text() -> None:
+    """describe_keys raised a raw OverflowError for a duration past timedelta's range."""
+    from mere.txn.keys import describe_keys, key_rows
+
+    keys = pa.table({"v": pa.array([2**62], pa.duration("s")), "n": [1]})
+    assert describe_keys(keys) == "('4611686018427387904', 1)"
+    assert key_rows(keys) == [{"v": "4611686018427387904", "n": 1}]
