@@ -42,7 +42,7 @@ MAX_INLINE_LIMIT = 1024 * 1024
 #: A table's inlined bytes stay well below what one Arrow binary column holds (2 GiB).
 MAX_INLINE_FLUSH = 256 * 1024 * 1024
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?", re.IGNORECASE)
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d|w)?", re.IGNORECASE)
 _UNITS = {
     "ms": 0.001,
     "s": 1.0,

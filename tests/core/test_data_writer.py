@@ -335,3 +335,27 @@ def test_a_column_renamed_then_added_again_is_written_under_its_new_physical_nam
     db.table("t").append([{"k": 1, "y": 11, "x": 21}])
     rows = sorted(db.table("t").scan().to_pylist(), key=lambda r: r["k"])
     assert rows == [{"k": 0, "y": 10, "x": None}, {"k": 1, "y": 11, "x": 21}]
+
+
+@pytest.mark.parametrize("rows_per_append", [2, 40])  # statistics from Python values, kernels
+@pytest.mark.parametrize("zone", ["Asia/Kolkata", "America/New_York", "Europe/Paris"])
+def test_zoned_timestamp_bounds_are_exact_before_1900(
+    tmp_path: Any, zone: str, rows_per_append: int
+) -> None:
+    """A zone's text has whole-minute offsets; before standard time (local mean time,
+    Kolkata +05:53:28) the bound read back 28 seconds late and a filter skipped the
+    file holding its match."""
+    duckdb = pytest.importorskip("duckdb")
+    t = pa.timestamp("s", tz=zone)
+    db = mere.connect(str(tmp_path / "db"))
+    db.create_table("t", pa.schema([("id", pa.int64()), ("ts", t)]))
+    start = -62135596800 + 86400  # 0001-01-02 00:00:00 UTC
+    seconds = [start + 50 * i for i in range(rows_per_append)]
+    data = pa.table({"id": range(len(seconds)), "ts": pa.array(seconds, t)})
+    db.table("t").append(data)
+    for bound in ("0001-01-02 00:00:10+00", "0001-01-02 00:00:40+00"):
+        for op in ("<", ">="):
+            where = f"ts {op} TIMESTAMPTZ '{bound}'"
+            want = duckdb.sql(f"SELECT id FROM data WHERE {where} ORDER BY id").fetchall()
+            got = db.table("t").scan(filter=where).sort_by("id").column("id").to_pylist()
+            assert got == [i for (i,) in want], where

@@ -27,6 +27,7 @@ report of the proof issue); these tests make any change to them deliberate.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -151,6 +152,124 @@ def test_a_newer_checkpoint_format_is_refused(root: Path) -> None:
     with pytest.raises(mere.FormatVersionError, match="checkpoint"):
         xs(root)
     assert xs(root, 4) == [0, 1, 2]
+
+
+def add_commit(root: Path, *lines: dict[str, object]) -> int:
+    """Write, as the next version, a commit of the latest one's commitInfo and ``lines``."""
+    latest = mere.connect(str(root), create=False).version
+    info = (root / commit_key(latest)).read_text().splitlines()[0]
+    text = "\n".join([info, *(json.dumps(line) for line in lines)]) + "\n"
+    LocalStore(str(root)).put_if_absent(commit_key(latest + 1), text.encode())
+    return latest + 1
+
+
+def rewrite_manifest(root: Path, version: int, change: Callable[[pa.Table], pa.Table]) -> None:
+    """Replace the checkpoint manifest at ``version`` by ``change`` of it; the commits it
+    covers are removed, so that only the checkpoint can be read."""
+    key = root / checkpoint_key(version)
+    table = change(pq.read_table(key))
+    key.unlink()
+    pq.write_table(table, key)
+    for v in range(version):
+        remove(root, commit_key(v))
+
+
+def test_a_checkpoint_whose_protocol_row_is_newer_is_refused(root: Path) -> None:
+    """Only the manifest's metadata was checked: the newer protocol row was taken, and an
+    append committed into a database this mere cannot read."""
+    db = mere.connect(str(root), create=False)
+    version = db.checkpoint()
+
+    def newer(table: pa.Table) -> pa.Table:
+        kinds = table.column("kind").to_pylist()
+        payloads = table.column("payload").to_pylist()
+        changed = [
+            json.dumps({"formatVersion": NEWER}) if k == "protocol" else p
+            for k, p in zip(kinds, payloads, strict=True)
+        ]
+        return table.set_column(
+            table.schema.get_field_index("payload"), "payload", pa.array(changed, pa.string())
+        )
+
+    rewrite_manifest(root, version, newer)
+    db = mere.connect(str(root), create=False)
+    with pytest.raises(mere.CorruptLog, match="protocol row says format version"):
+        db.table("t").append([{"x": 9}])
+    assert sorted(p.name for p in (root / "_log").glob("*.json")) == [
+        commit_key(v)[len("_log/") :] for v in range(version, version + 1)
+    ]
+
+
+@pytest.mark.parametrize("fmt", [0, -1])
+def test_a_format_version_below_1_is_corrupt(root: Path, fmt: int) -> None:
+    version = add_commit(root, {"protocol": {"formatVersion": fmt}})
+    with pytest.raises(mere.CorruptLog, match=f"line 2: .*{fmt}"):
+        xs(root)
+    assert xs(root, version - 1) == list(range(COMMITS))
+
+
+def test_a_format_version_that_goes_back_is_corrupt(tmp_path: Path) -> None:
+    """A database at format 4 read a later protocol of 1 and went on writing Parquet inlined
+    data under a format that does not allow it."""
+    db = mere.connect(str(tmp_path), inline_limit=65536)
+    db.create_table("t", pa.schema([("x", pa.int64())]))
+    version = add_commit(tmp_path, {"protocol": {"formatVersion": 1}})
+    db = mere.connect(str(tmp_path), create=False)
+    with pytest.raises(mere.CorruptLog, match="format version goes back from 4 to 1"):
+        db.table("t").append([{"x": 1}])
+    assert db.snapshot(version - 1).table("t").scan().num_rows == 0
+
+
+def test_a_table_whose_partition_columns_change_is_corrupt(tmp_path: Path) -> None:
+    """Its older files read NULL in the new partition column."""
+    db = mere.connect(str(tmp_path))
+    schema = pa.schema([("x", pa.int64()), ("p", pa.string())])
+    db.create_table("t", schema, partition_by=["p"])
+    db.table("t").append([{"x": 1, "p": "a"}])
+    created = (tmp_path / commit_key(1)).read_text().splitlines()
+    meta = next(json.loads(line) for line in created if line.startswith('{"metadata"'))
+    meta["metadata"]["partitionColumns"] = []
+    version = add_commit(tmp_path, meta)
+    with pytest.raises(mere.CorruptLog, match="changes its partition columns"):
+        mere.connect(str(tmp_path), create=False).table("t").scan()
+    assert db.snapshot(version - 1).table("t").scan().to_pylist() == [{"x": 1, "p": "a"}]
+
+
+def test_a_checkpoint_part_without_a_partition_column_is_corrupt(tmp_path: Path) -> None:
+    """Every file's partition value read NULL."""
+    db = mere.connect(str(tmp_path))
+    db.create_table("t", pa.schema([("x", pa.int64()), ("p", pa.string())]), partition_by=["p"])
+    db.table("t").append([{"x": 1, "p": "a"}])
+    version = db.checkpoint()
+    (part,) = (tmp_path / "_log").glob(f"{version:020d}.checkpoint.*.parquet")
+    table = pq.read_table(part).drop_columns(["partition:p"])
+    part.unlink()
+    pq.write_table(table, part)
+    for v in range(version):
+        remove(tmp_path, commit_key(v))
+    with pytest.raises(mere.CorruptLog, match="has no column 'partition:p'"):
+        mere.connect(str(tmp_path), create=False).table("t").scan()
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_a_commit_that_is_not_strict_json_is_corrupt(root: Path, literal: str) -> None:
+    """mere never writes NaN or Infinity in a commit (its encoder refuses them); a reader that
+    took them would read a commit a strict JSON reader rejects."""
+    latest = COMMITS + 1
+    lines = (root / commit_key(latest)).read_text().splitlines()
+    lines[1] = lines[1].replace('"nullCount"', f'"bogus":{literal},"nullCount"', 1)
+    assert literal in lines[1]
+    LocalStore(str(root)).put_if_absent(commit_key(latest + 1), ("\n".join(lines) + "\n").encode())
+    with pytest.raises(mere.CorruptLog, match=f"{literal} is not JSON"):
+        xs(root)
+
+
+def test_a_commit_name_with_other_digits_is_not_a_commit(root: Path) -> None:
+    """Python's ``\\d`` matches any Unicode digit: such a name parsed as a version."""
+    from mere.log.keys import parse_log_key
+
+    assert parse_log_key("_log/" + "\u0661" * 20 + ".json") is None
+    assert parse_log_key(commit_key(7)) is not None
 
 
 # --- a gap in the log ----------------------------------------------------------------------------

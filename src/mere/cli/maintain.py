@@ -39,7 +39,7 @@ from mere.cli.output import (
 from mere.maintain.delta import export_delta
 from mere.properties import parse_duration
 
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*\Z", re.IGNORECASE)
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]i?b?|b)?\s*\Z", re.IGNORECASE)
 _SIZE_UNITS = {
     "": 1,
     "b": 1,

@@ -39,12 +39,13 @@ _TIMESPECS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
 
 
 def python_text(type_: pa.DataType) -> Callable[[Any], str] | None:
-    """The canonical text of ``type_``'s Python values, computed in Python, or None.
+    """The text of ``type_``'s Python values as statistics hold it (:func:`stat_to_json`),
+    computed in Python, or None.
 
-    The same text as Arrow's cast (``to_text``) without a kernel call, which
-    costs more than a small commit's whole statistics otherwise: for dates,
-    and for second, millisecond and microsecond timestamps without a time
-    zone or in UTC. Other types (decimals, other zones, nanoseconds) get None.
+    The same text without a kernel call, which costs more than a small
+    commit's whole statistics otherwise: for dates, and for second, millisecond
+    and microsecond timestamps (with a time zone: in UTC). Other types
+    (decimals, nanoseconds) get None.
     """
     if pat.is_date(type_):
         return datetime.date.isoformat  # a date64's Python value is a date too
@@ -55,7 +56,9 @@ def python_text(type_: pa.DataType) -> Callable[[Any], str] | None:
         return lambda value: str(value.isoformat(" ", timespec))
     if type_.tz == "UTC":
         return lambda value: value.replace(tzinfo=None).isoformat(" ", timespec) + "Z"
-    return None
+    return lambda value: (
+        value.astimezone(datetime.UTC).replace(tzinfo=None).isoformat(" ", timespec) + "Z"
+    )
 
 
 def partition_text(value: pa.Scalar, column: str) -> str | None:
@@ -101,6 +104,10 @@ def stat_to_json(value: pa.Scalar) -> Any:
     if pat.is_string(t) or pat.is_large_string(t):
         s = value.as_py()
         return s if len(s) <= MAX_STAT_STRING else None
+    if pat.is_timestamp(t) and t.tz is not None and t.tz != "UTC":
+        # In UTC: a zone's text has its offset in whole minutes, which before 1900
+        # (local mean time, +05:53:28) is not the offset the value had.
+        return to_text(value.cast(pa.timestamp(t.unit, "UTC")))
     if pat.is_date(t) or pat.is_timestamp(t) or pat.is_decimal(t):
         return to_text(value)
     return None

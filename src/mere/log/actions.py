@@ -300,6 +300,14 @@ def action_to_json(action: Action | CommitInfo) -> dict[str, Any]:
 _LINE_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+#: The one decoder for every line: strict JSON, as the encoder writes it (no NaN or Infinity).
+_LINE_DECODER = json.JSONDecoder(parse_constant=_not_json)
+
+
 def encode_commit(info: CommitInfo, actions: list[Action] | tuple[Action, ...]) -> bytes:
     """Serialize a commit: commitInfo first, then the actions, one JSON object a line."""
     lines = [action_to_json(info)] + [action_to_json(a) for a in actions]
@@ -441,7 +449,10 @@ def action_from_json(obj: Any) -> Action | CommitInfo:
             is_blind_append=_get(body, "isBlindAppend", bool, optional=True) is True,
         )
     if kind == "protocol":
-        return Protocol(_count(body, "formatVersion"))
+        format_version = _count(body, "formatVersion")
+        if format_version < BASE_FORMAT_VERSION:
+            raise _Bad(f"format version {format_version} (versions start at 1)")
+        return Protocol(format_version)
     if kind == "database":
         return DatabaseMeta(
             _get(body, "id", str),
@@ -576,7 +587,7 @@ def decode_commit(key: str, version: int, data: bytes) -> Commit:
     decoded: list[Action | CommitInfo] = []
     for number, line in enumerate(lines, start=1):
         try:
-            decoded.append(action_from_json(json.loads(line)))
+            decoded.append(action_from_json(_LINE_DECODER.decode(line)))
         except (_Bad, ValueError, TypeError, OverflowError, RecursionError) as exc:
             raise CorruptLog(key, f"line {number}: {exc}") from None
     info = decoded[0]

@@ -412,6 +412,12 @@ def decode_checkpoint(key: str, data: bytes) -> CheckpointData:
         files_kind = "add" if layout == 1 else "part"
         is_file = pc.equal(kinds, files_kind)
         actions = _decode_actions(table.filter(pc.invert(is_file)), files_kind)
+        for action in actions:
+            if isinstance(action, Protocol) and action.format_version != fmt:
+                raise _Bad(
+                    f"its protocol row says format version {action.format_version}, "
+                    f"its metadata {fmt}"
+                )
         rows = table.filter(is_file)
         checkpoint = CheckpointData(version, timestamp, actions, format=layout)
         if layout == 1:

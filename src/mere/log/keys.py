@@ -9,8 +9,8 @@ LATEST_HINT = "_log/_latest"
 CHECKPOINT_HINT = "_log/_last_checkpoint"
 VERSION_DIGITS = 20
 
-_LOG_NAME = re.compile(r"_log/(\d{20})\.(json|checkpoint\.parquet)\Z")
-_PART_NAME = re.compile(r"_log/(\d{20})\.checkpoint\.([0-9a-f]{32})\.(\d{5})\.parquet\Z")
+_LOG_NAME = re.compile(r"_log/([0-9]{20})\.(json|checkpoint\.parquet)\Z")
+_PART_NAME = re.compile(r"_log/([0-9]{20})\.checkpoint\.([0-9a-f]{32})\.([0-9]{5})\.parquet\Z")
 
 
 def commit_key(version: int) -> str:

@@ -141,6 +141,7 @@ class PartsSource:
         origin: str,
     ) -> None:
         self._layout = layout
+        self._partition_names = frozenset(partition_column(c) for c in layout.partition_columns)
         self._parts = tuple(parts)
         self._fetch = fetch
         self._allow_external = allow_external
@@ -203,6 +204,8 @@ class PartsSource:
             for part, piece in zip(self._parts, pieces, strict=True):
                 if name in piece.column_names:
                     chunks.extend(self._layout.conform(piece, [name]).column(0).chunks)
+                elif name in self._partition_names:  # a file's partition is never unknown
+                    raise CorruptLog(part.key, f"has no column {name!r}")
                 else:
                     chunks.append(pa.nulls(part.files, target.type))
             loaded[name] = pa.chunked_array(chunks, type=target.type)

@@ -284,6 +284,12 @@ def _apply(
             if owner is not None and owner != a.id:
                 raise CorruptLog(key, f"two tables named {a.name!r}")
             old = tables.get(a.id)
+            if old is not None and old.meta.partition_columns != a.partition_columns:
+                raise CorruptLog(
+                    key,
+                    f"table {a.name!r} changes its partition columns from "
+                    f"{list(old.meta.partition_columns)} to {list(a.partition_columns)}",
+                )
             if old is not None and name_key(old.meta.name) != name_key(a.name):
                 del names[name_key(old.meta.name)]
             names[name_key(a.name)] = a.id
@@ -318,6 +324,12 @@ def _apply(
                 )
             exports[name_key(a.name)] = a
         elif isinstance(a, Protocol):
+            if a.format_version < protocol.format_version:
+                raise CorruptLog(
+                    key,
+                    f"format version goes back from {protocol.format_version} to "
+                    f"{a.format_version} (a database never goes back)",
+                )
             protocol = a
         elif isinstance(a, DatabaseMeta):
             if (
