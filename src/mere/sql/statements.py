@@ -191,7 +191,9 @@ def literal(value: Any) -> exp.Expression:
         text = repr(value) if math.isfinite(value) else ("NaN" if value != value else repr(value))
         return exp.cast(exp.Literal.string(text), exp.DataType.build("DOUBLE"))
     if isinstance(value, decimal.Decimal):
-        return exp.Literal.number(str(value))
+        if not value.is_finite():
+            raise InvalidArgument(f"a Decimal parameter must be a number, not {value}")
+        return exp.Literal.number(format(value, "f"))  # positional: 1.2E+5 would be a DOUBLE
     if isinstance(value, str):
         return exp.Literal.string(value)
     if isinstance(value, dt.datetime):
@@ -235,6 +237,14 @@ def _sql(node: exp.Expression) -> str:
     return str(node.sql(dialect=DIALECT))
 
 
+def assign(values: dict[str, str], column: str, value: str, what: str) -> None:
+    """Record ``column = value`` in ``values``; a column named twice is an error (as in
+    DuckDB and PostgreSQL), not the last assignment silently winning."""
+    if any(name_key(c) == name_key(column) for c in values):
+        raise InvalidArgument(f"{what}: column {column!r} is assigned more than once")
+    values[column] = value
+
+
 # --- INSERT ------------------------------------------------------------------------------
 
 
@@ -265,7 +275,10 @@ def insert(
         try:
             engine.execute(con, text, statement.params)
         except SQLError as exc:  # DuckDB names the scratch table: say the user's
-            raise SQLError(str(exc).replace(f'"{_TARGET}"', f'"{name}"')) from exc
+            message = str(exc).replace(f'"{_TARGET}"', f'"{name}"')
+            if _TARGET in message:  # its excerpt of the statement is not the user's text
+                message = message.split("\n\nLINE ", 1)[0]
+            raise SQLError(message) from exc
         rows = engine.run(con, f"SELECT * FROM {_TARGET}", None)
     finally:
         con.close()
@@ -344,8 +357,19 @@ def _on_conflict(table: Any, tree: exp.Insert, target: exp.Table) -> Any:
         )
     if alternative == "IGNORE":
         return lambda rows: table.append(rows, on_duplicate="skip")
+    alias = target.alias or target.name
+    others = {name_key(f.name) for f in table.schema} - {name_key(k) for k in keys}
     if alternative == "REPLACE" or conflict is None:
-        return lambda rows: table.append(rows, on_duplicate="update")
+        listed = _insert_columns(tree)
+        if listed is None or others <= {name_key(c) for c in listed}:
+            return lambda rows: table.append(rows, on_duplicate="update")
+        # As in DuckDB, a replaced row keeps the columns the INSERT does not name.
+        replaced = {
+            c: f"{_EXCLUDED}.{quote_identifier(c)}" for c in listed if name_key(c) in others
+        }
+        if not replaced:
+            return lambda rows: table.append(rows, on_duplicate="skip")
+        return _merge_upsert(table, keys, alias, replaced, None)
     named = conflict.args.get("conflict_keys") or []
     if named:
         columns = [k.this if isinstance(k, exp.Ordered) else k for k in named]
@@ -362,7 +386,6 @@ def _on_conflict(table: Any, tree: exp.Insert, target: exp.Table) -> Any:
         return lambda rows: table.append(rows, on_duplicate="skip")
     if verb != "DO UPDATE":
         raise UnsupportedSQL(f"ON CONFLICT {verb or _sql(conflict)!r} is not supported")
-    alias = target.alias or target.name
     names = {name_key(alias)}
     values: dict[str, str] = {}
     plain = True
@@ -377,7 +400,7 @@ def _on_conflict(table: Any, tree: exp.Insert, target: exp.Table) -> Any:
                 f"ON CONFLICT DO UPDATE sets {_sql(column)}, a column of another table"
             )
         value = _upsert_value(item.expression, alias, names)
-        values[column.name] = _sql(value)
+        assign(values, column.name, _sql(value), "ON CONFLICT DO UPDATE")
         source = item.expression
         plain = plain and (
             isinstance(source, exp.Column)
@@ -386,9 +409,22 @@ def _on_conflict(table: Any, tree: exp.Insert, target: exp.Table) -> Any:
         )
     where = conflict.args.get("where")
     cond = _sql(_upsert_value(where.this, alias, names)) if where is not None else None
-    others = {name_key(f.name) for f in table.schema} - {name_key(k) for k in keys}
     if plain and cond is None and others <= {name_key(c) for c in values}:
         return lambda rows: table.append(rows, on_duplicate="update")
+    return _merge_upsert(table, keys, alias, values, cond)
+
+
+def _insert_columns(tree: exp.Insert) -> list[str] | None:
+    """The columns an INSERT names (``INSERT INTO t (a, b)``); None when it names none."""
+    if not isinstance(tree.this, exp.Schema) or not tree.this.expressions:
+        return None
+    return [str(c.name) for c in tree.this.expressions]
+
+
+def _merge_upsert(
+    table: Any, keys: Sequence[str], alias: str, values: dict[str, str], cond: str | None
+) -> Any:
+    """Rows upserted by a MERGE on the key: a match gets ``values`` where ``cond`` holds."""
     on = " AND ".join(
         f"{quote_identifier(alias)}.{quote_identifier(k)} = {_EXCLUDED}.{quote_identifier(k)}"
         for k in keys
@@ -435,7 +471,9 @@ def update(tx: Transaction, tree: exp.Update) -> pa.Table:
         column = item.this
         if column.table and name_key(column.table) not in names:
             raise UnsupportedSQL(f"UPDATE sets {_sql(column)}, a column of another table")
-        assignments[column.name] = _sql(unqualify(item.expression, names, "UPDATE"))
+        assign(
+            assignments, column.name, _sql(unqualify(item.expression, names, "UPDATE")), "UPDATE"
+        )
     where = tree.args.get("where")
     condition = _sql(unqualify(where.this, names, "UPDATE")) if where is not None else None
     return _count(tx.table(name).update(condition, assignments))
@@ -514,7 +552,7 @@ def merge_clause(merger: Any, when: exp.When) -> None:
         for item in items:
             if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
                 raise UnsupportedSQL(f"MERGE assignment {_sql(item)!r} is not supported")
-            values[item.this.name] = _sql(item.expression)
+            assign(values, item.this.name, _sql(item.expression), "MERGE ... UPDATE")
         merger.when_matched_update(values, cond)
     elif matched and isinstance(then, exp.Var) and then.name.upper() == "DELETE":
         merger.when_matched_delete(cond)
@@ -526,9 +564,10 @@ def merge_clause(merger: Any, when: exp.When) -> None:
         exprs = then.expression.expressions if isinstance(then.expression, exp.Tuple) else None
         if columns is None or exprs is None or len(columns) != len(exprs):
             raise UnsupportedSQL("MERGE ... INSERT needs (columns) VALUES (values) or *")
-        merger.when_not_matched_insert(
-            {c.name: _sql(v) for c, v in zip(columns, exprs, strict=True)}, cond
-        )
+        inserted: dict[str, str] = {}
+        for c, v in zip(columns, exprs, strict=True):
+            assign(inserted, c.name, _sql(v), "MERGE ... INSERT")
+        merger.when_not_matched_insert(inserted, cond)
     else:
         raise UnsupportedSQL(f"MERGE clause {short_text(_sql(when))!r} is not supported")
 

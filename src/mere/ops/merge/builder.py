@@ -220,7 +220,7 @@ class TableMerger:
     def _add(self, clauses: list[MergeClause], clause: MergeClause) -> None:
         if clauses and clauses[-1].cond is None:
             kind = "when_matched" if clause.action != "insert" else "when_not_matched"
-            raise ValueError(
+            raise InvalidArgument(
                 f"a {kind}_* clause after one without a condition can never run; "
                 "give the earlier clause a condition or drop this one"
             )
