@@ -248,7 +248,13 @@ def rewrite(
     columns = meta.schema.names
     rows = pa.concat_tables(read_parts(db.store, meta, group, columns))
     if sort_by:
-        rows = rows.sort_by([(c, "ascending") for c in sort_by])
+        keys = pa.Table.from_arrays(
+            [_orderable(rows.column(c)) for c in sort_by],
+            names=[str(i) for i in range(len(sort_by))],
+        )
+        rows = rows.take(
+            pc.sort_indices(keys, [(str(i), "ascending") for i in range(len(sort_by))])
+        )
     elif zorder_by:
         rows = rows.take(zorder_indices(rows, list(zorder_by)))
     writer = DataFileWriter(db.store, meta, target_file_size=target)
@@ -257,6 +263,12 @@ def rewrite(
         return writer.finish()
     finally:
         written.extend(writer.written)
+
+
+def _orderable(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``values`` in a type Arrow's sort kernels take, in the same order (float16 has no
+    kernel: as float32, exactly, NaN above every number as for other floats)."""
+    return values.cast(pa.float32()) if pa.types.is_float16(values.type) else values
 
 
 def zorder_indices(table: pa.Table, columns: list[str]) -> pa.Array:
@@ -272,7 +284,7 @@ def zorder_indices(table: pa.Table, columns: list[str]) -> pa.Array:
     top = (1 << bits) - 1
     scaled: list[pa.Array] = []
     for name in columns:
-        ranks = pc.rank(table.column(name), sort_keys="ascending", tiebreaker="dense")
+        ranks = pc.rank(_orderable(table.column(name)), sort_keys="ascending", tiebreaker="dense")
         highest = pc.max(ranks).as_py() or 1
         zero_based = pc.subtract(ranks, pa.scalar(1, pa.uint64()))
         scaled.append(
