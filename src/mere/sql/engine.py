@@ -140,29 +140,55 @@ def register(
 
 def _readable_by_duckdb(meta: TableMeta) -> TableMeta:
     """``meta`` with the types DuckDB cannot take from Arrow replaced by ones that hold
-    every value exactly (the dataset casts as it reads): half floats as REAL, a
-    256-bit DECIMAL of at most 38 digits as a 128-bit one.
+    every value exactly (the dataset casts as it reads, and fails on a value that
+    would change): see :func:`duckdb_readable_type`.
 
     Raises:
         UnsupportedSQL: a DECIMAL wider than DuckDB's 38 digits.
     """
-    fields = []
-    for f in meta.schema:
-        if pa.types.is_float16(f.type):
-            f = f.with_type(pa.float32())
-        elif pa.types.is_decimal256(f.type):
-            if f.type.precision > 38:
-                raise UnsupportedSQL(
-                    f"column {f.name!r} of table {meta.name!r} is DECIMAL({f.type.precision}, "
-                    f"{f.type.scale}): SQL holds at most 38 digits",
-                    help=f"read {meta.name!r} with db.table({meta.name!r}).scan(), whose "
-                    "filters take any DECIMAL",
-                )
-            f = f.with_type(pa.decimal128(f.type.precision, f.type.scale))
-        fields.append(f)
+    fields = [f.with_type(duckdb_readable_type(f.type, f.name, meta.name)) for f in meta.schema]
     if fields == list(meta.schema):
         return meta
     return dataclasses.replace(meta, schema=pa.schema(fields, metadata=meta.schema.metadata))
+
+
+def duckdb_readable_type(t: pa.DataType, column: str, table: str) -> pa.DataType:
+    """``t``, or the type DuckDB reads its values as, at any depth: a half float as a
+    REAL, a 256-bit DECIMAL of at most 38 digits as a 128-bit one, a nanosecond
+    duration as microseconds (DuckDB's INTERVAL; a value finer than that is an
+    error when read, not truncated).
+
+    Raises:
+        UnsupportedSQL: a DECIMAL wider than DuckDB's 38 digits.
+    """
+    if pa.types.is_float16(t):
+        return pa.float32()
+    if pa.types.is_duration(t) and t.unit == "ns":
+        return pa.duration("us")
+    if pa.types.is_decimal256(t):
+        if t.precision > 38:
+            raise UnsupportedSQL(
+                f"column {column!r} of table {table!r} is DECIMAL({t.precision}, "
+                f"{t.scale}): SQL holds at most 38 digits",
+                help=f"read {table!r} with db.table({table!r}).scan(), whose "
+                "filters take any DECIMAL",
+            )
+        return pa.decimal128(t.precision, t.scale)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(duckdb_readable_type(f.type, column, table)) for f in t])
+    if pa.types.is_map(t):
+        key = duckdb_readable_type(t.key_type, column, table)
+        return pa.map_(
+            key, t.item_field.with_type(duckdb_readable_type(t.item_type, column, table))
+        )
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        item = t.value_field.with_type(duckdb_readable_type(t.value_type, column, table))
+        if pa.types.is_list(t):
+            return pa.list_(item)
+        if pa.types.is_large_list(t):
+            return pa.large_list(item)
+        return pa.list_(item, t.list_size)
+    return t
 
 
 #: Statements :func:`with_views` can put common table expressions in front of.

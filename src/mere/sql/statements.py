@@ -65,6 +65,7 @@ from mere.errors import InvalidArgument, TableNotFound
 from mere.names import name_key
 from mere.sql import engine
 from mere.sql.catalog import Catalog
+from mere.sql.engine import duckdb_readable_type
 from mere.sql.errors import SQLError, UnsupportedSQL
 from mere.sql.query import connection, register_tables
 from mere.sql.script import (
@@ -266,7 +267,9 @@ def insert(
     text = _retarget_insert(statement, bool(tree.args.get("conflict")))
     con = engine.cursor(catalog.store)
     try:
-        scratch = pa.schema([pa.field(f.name, f.type) for f in table.schema])
+        scratch = pa.schema(
+            [pa.field(f.name, duckdb_readable_type(f.type, f.name, name)) for f in table.schema]
+        )
         con.register("__mere_target_type", scratch.empty_table())
         engine.execute(
             con, f"CREATE TEMP TABLE {_TARGET} AS SELECT * FROM __mere_target_type", None
@@ -282,6 +285,8 @@ def insert(
         rows = engine.run(con, f"SELECT * FROM {_TARGET}", None)
     finally:
         con.close()
+    if scratch.types != table.schema.types:  # back from the types DuckDB read to the table's
+        rows = rows.cast(pa.schema([pa.field(f.name, f.type) for f in table.schema]))
     if upsert is None:
         return _count(table.append(rows))
     return _count(upsert(rows))
