@@ -59,3 +59,30 @@ def test_key_values_python_cannot_hold_are_named_by_their_text() -> None:
     keys = pa.table({"v": pa.array([2**62], pa.duration("s")), "n": [1]})
     assert describe_keys(keys) == "('4611686018427387904', 1)"
     assert key_rows(keys) == [{"v": "4611686018427387904", "n": 1}]
+
+
+@pytest.mark.parametrize(
+    ("value", "stored"), [("0.1", 0.0999755859375), ("d", 1.25), ("b", 1.0), ("i", 7.0)]
+)
+def test_every_value_a_real_column_takes_a_float16_column_takes(
+    db: mere.Database, value: str, stored: float
+) -> None:
+    """A decimal (the literal 0.1 too) or a boolean into float16 was an "Unsupported cast"."""
+    import decimal
+
+    columns = {
+        "id": pa.array([1], pa.int64()),
+        "v": pa.array([0.0], pa.float32()).cast(pa.float16()),
+        "r": pa.array([0.0], pa.float32()),
+        "d": pa.array([decimal.Decimal("1.25")], pa.decimal128(5, 2)),
+        "b": pa.array([True]),
+        "i": pa.array([7], pa.int64()),
+    }
+    db.create_table("h", pa.schema([(n, a.type) for n, a in columns.items()]))
+    table = db.table("h")
+    table.append(pa.table(columns))
+    table.update("id = 1", {"r": value})  # what REAL takes, float16 takes
+    table.update("id = 1", {"v": value})
+    row = table.scan().to_pylist()[0]
+    assert row["v"] == stored
+    assert row["r"] == pytest.approx(stored, abs=1e-3)

@@ -283,6 +283,11 @@ def cast_values(values: Any, src: pa.DataType, dst: pa.DataType, safe: bool = Tr
     float becomes the nearest float).
     """
     t = pa.types
+    if t.is_float16(dst) and not t.is_floating(src) and not t.is_null(src):
+        # Arrow casts few types into float16: through DOUBLE, as a value becomes a REAL
+        # (and a value beyond float16's range is refused, not infinite).
+        double = cast_values(values, src, pa.float64(), safe)
+        return cast_values(double, pa.float64(), dst, safe)
     if t.is_integer(src) and t.is_floating(dst):
         return values.cast(dst, safe=False)  # the nearest float, past 2^53 too
     if t.is_decimal(src) and dst in (pa.float32(), pa.float64()):
