@@ -102,7 +102,12 @@ def category(type_: pa.DataType) -> str:
         return "decimal"
     if pat.is_string(type_) or pat.is_large_string(type_) or pat.is_string_view(type_):
         return "string"
-    if pat.is_binary(type_) or pat.is_large_binary(type_) or pat.is_binary_view(type_):
+    if (
+        pat.is_binary(type_)
+        or pat.is_large_binary(type_)
+        or pat.is_binary_view(type_)
+        or pat.is_fixed_size_binary(type_)
+    ):
         return "binary"
     if pat.is_boolean(type_):
         return "bool"
