@@ -13,6 +13,7 @@ every primitive spelling.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -401,7 +402,81 @@ def _conform_column(col: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
         raise ConstraintViolation(
             f"column {f.name!r} is NOT NULL but {what} has {col.null_count} null value(s)"
         )
+    if _holds_map(f.type):
+        for chunk in col.chunks:
+            _refuse_repeated_map_keys(chunk, f.name, what)
     return col
+
+
+@functools.lru_cache(maxsize=256)
+def _holds_map(t: pa.DataType) -> bool:
+    """Whether values of ``t`` may hold a map (a map, or a struct or list holding one)."""
+    if pat.is_map(t):
+        return True
+    if pat.is_struct(t):
+        return any(_holds_map(t.field(i).type) for i in range(t.num_fields))
+    if pat.is_list(t) or pat.is_large_list(t) or pat.is_fixed_size_list(t):
+        return _holds_map(t.value_type)
+    return False
+
+
+def _refuse_repeated_map_keys(values: pa.Array, column: str, what: str) -> None:
+    """Raise SchemaMismatch if a map within ``values`` holds a key twice.
+
+    Readers refuse such a map (DuckDB cannot read the table, Spark rejects
+    duplicate map keys), so a writer never publishes one. Keys compare as SQL
+    does: -0.0 = 0.0 and NaN = NaN. Values under a NULL (struct, list or map
+    row) are not values, and are not checked.
+    """
+    t = values.type
+    if pat.is_struct(t):
+        for child in values.flatten():  # NULL structs' children masked as NULL
+            if _holds_map(child.type):
+                _refuse_repeated_map_keys(child, column, what)
+    elif pat.is_list(t) or pat.is_large_list(t) or pat.is_fixed_size_list(t):
+        _refuse_repeated_map_keys(values.flatten(), column, what)
+    elif pat.is_map(t):
+        # As a list of entries: Arrow's list kernels mishandle a MapArray itself
+        # (list_parent_indices aborts the process, .keys ignores a slice's offset).
+        entries = pa.struct([t.key_field, t.item_field])
+        listed = values.cast(pa.list_(pa.field("entries", entries, False)))
+        items = listed.flatten()
+        keys, rows = items.field(0), pc.list_parent_indices(listed)
+        repeated = _repeated_key(rows, keys)
+        if repeated is not None:
+            raise SchemaMismatch(
+                f"column {column!r} of {what} holds a map with a repeated key ({repeated})",
+                help="a map holds each key once (readers such as DuckDB and Spark refuse it)",
+            )
+        for child in (keys, items.field(1)):
+            if _holds_map(child.type):
+                _refuse_repeated_map_keys(child, column, what)
+
+
+def _repeated_key(rows: pa.Array, keys: pa.Array) -> str | None:
+    """A key (as text) that occurs twice in one row, given each key's row; None if none."""
+    if len(keys) < 2:
+        return None
+    if pat.is_floating(keys.type):
+        wide = keys.cast(pa.float64())
+        keys = pc.if_else(pc.is_nan(wide), pa.scalar(float("nan")), pc.add(wide, 0.0))
+    pairs = pa.table({"row": rows, "key": keys})
+    try:
+        counted = pairs.group_by(["row", "key"], use_threads=False).aggregate([([], "count_all")])
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # keys no hash kernel takes
+        seen: set[tuple[int, str]] = set()
+        for row, key in zip(rows.to_pylist(), keys.to_pylist(), strict=True):
+            if (row, repr(key)) in seen:
+                return repr(key)
+            seen.add((row, repr(key)))
+        return None
+    if counted.num_rows == pairs.num_rows:
+        return None
+    first = counted.filter(pc.greater(counted["count_all"], 1))["key"][0]
+    try:
+        return repr(first.as_py())
+    except (OverflowError, ValueError):
+        return str(first)
 
 
 #: Float types narrower than a Python float (DOUBLE): values round, or overflow.

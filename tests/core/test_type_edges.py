@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pyarrow as pa
@@ -86,3 +87,59 @@ def test_every_value_a_real_column_takes_a_float16_column_takes(
     row = table.scan().to_pylist()[0]
     assert row["v"] == stored
     assert row["r"] == pytest.approx(stored, abs=1e-3)
+
+
+MAP = pa.map_(pa.string(), pa.int64())
+
+
+def _nested_map_cases() -> list[tuple[pa.DataType, list[object], str]]:
+    """(column type, one row's value holding a repeated map key somewhere, the key)."""
+    inner = pa.map_(pa.string(), MAP)
+    return [
+        (MAP, [("k", 1), ("k", 2)], "k"),
+        (pa.struct([("s", MAP)]), {"s": [("a", 1), ("b", 2), ("a", 3)]}, "a"),
+        (pa.list_(MAP), [[("x", 1)], [("y", 1), ("y", 2)]], "y"),
+        (inner, [("o", [("i", 1), ("i", 2)])], "i"),
+        (pa.map_(pa.float64(), pa.int64()), [(0.0, 1), (-0.0, 2)], "0.0"),
+        (pa.map_(pa.float64(), pa.int64()), [(math.nan, 1), (-math.nan, 2)], "nan"),
+    ]
+
+
+@pytest.mark.parametrize(("type_", "value", "key"), _nested_map_cases())
+def test_a_map_with_a_repeated_key_is_refused_at_any_depth(
+    db: mere.Database, type_: pa.DataType, value: object, key: str
+) -> None:
+    """It was written, then db.sql and Spark could not read the table."""
+    db.create_table("t", pa.schema([("id", pa.int64()), ("m", type_)]))
+    table = db.table("t")
+    good = pa.array([None], type_)
+    table.append(pa.table({"id": [1], "m": good}))
+    v = db.version
+    bad = pa.table({"id": [2, 3], "m": pa.array([None, value], type_)})
+    with pytest.raises(mere.SchemaMismatch, match=f"column 'm'.*repeated key.*{key}"):
+        table.append(bad)
+    with pytest.raises(mere.SchemaMismatch, match="column 'm'"):
+        table.append(bad.to_pylist())
+    with pytest.raises(mere.SchemaMismatch, match="column 'm'"):
+        table.overwrite(bad)
+    assert db.version == v
+
+
+def test_maps_with_distinct_keys_are_taken_however_sliced(db: mere.Database) -> None:
+    """Keys repeat across rows, and in a slice's hidden rows, not within one map."""
+    db.create_table(
+        "t", pa.schema([("id", pa.int64()), ("m", MAP), ("s", pa.struct([("n", MAP)]))])
+    )
+    maps = pa.array([[("k", 1), ("k", 2)], [("k", 1)], [("k", 2), ("j", 3)], None], MAP)
+    hidden = pa.StructArray.from_arrays(
+        [maps], names=["n"], mask=pa.array([True, False, False, False])
+    )
+    data = pa.table({"id": [0, 1, 2, 3], "m": maps, "s": hidden}).slice(1)
+    db.table("t").append(data)
+    assert db.table("t").scan().sort_by("id").column("m").to_pylist() == [
+        [("k", 1)],
+        [("k", 2), ("j", 3)],
+        None,
+    ]
+    # the first row's map is hidden under a NULL struct: not a value, not refused
+    db.table("t").append(pa.table({"id": [4], "m": maps.slice(3), "s": hidden.slice(0, 1)}))
