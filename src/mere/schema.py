@@ -221,6 +221,10 @@ def _family(t: pa.DataType) -> str:
         return "binary"
     if pat.is_timestamp(t) or pat.is_date(t):
         return "datetime"
+    if pat.is_time(t):  # a unit changes when no value is cut (Arrow's safe cast checks)
+        return "time"
+    if pat.is_duration(t):
+        return "duration"
     if pat.is_null(t):
         return "null"
     return str(t)

@@ -143,3 +143,37 @@ def test_maps_with_distinct_keys_are_taken_however_sliced(db: mere.Database) -> 
     ]
     # the first row's map is hidden under a NULL struct: not a value, not refused
     db.table("t").append(pa.table({"id": [4], "m": maps.slice(3), "s": hidden.slice(0, 1)}))
+
+
+def _ticks(values: list[int], type_: pa.DataType) -> pa.Array:
+    return pa.array(values, pa.int32() if pa.types.is_time32(type_) else pa.int64()).cast(type_)
+
+
+@pytest.mark.parametrize(
+    ("column", "given", "ticks"),
+    [
+        (pa.time32("s"), pa.time64("us"), 45296 * 10**6),
+        (pa.time64("ns"), pa.time32("ms"), 45296 * 10**3),
+        (pa.time32("ms"), pa.time32("s"), 45296),
+        (pa.duration("s"), pa.duration("ns"), 3 * 10**9),
+    ],
+)
+def test_times_and_durations_change_unit_when_no_value_is_lost(
+    db: mere.Database, column: pa.DataType, given: pa.DataType, ticks: int
+) -> None:
+    """A time in another unit was refused whatever its value (12:34:56 as time64[us] into
+    time32[s], which SQL's INSERT of TIME '12:34:56' makes); a lossy one still is."""
+    db.create_table("t", pa.schema([("id", pa.int64()), ("v", column)]))
+    table = db.table("t")
+    exact = _ticks([ticks], given)
+    table.append(pa.table({"id": [1], "v": exact}))
+    assert table.scan().column("v").to_pylist() == exact.cast(column).to_pylist()
+    assert table.scan().schema.field("v").type == column
+    finer = {"s": 1, "ms": 1_000, "us": 10**6, "ns": 10**9}
+    if finer[given.unit] > finer[column.unit]:  # one tick of the finer unit does not fit
+        lossy = _ticks([ticks + 1], given)
+        with pytest.raises(mere.SchemaMismatch, match="without loss"):
+            table.append(pa.table({"id": [2], "v": lossy}))
+    with pytest.raises(mere.SchemaMismatch, match="has type"):
+        table.append(pa.table({"id": [3], "v": pa.array([1], pa.timestamp("s"))}))
+    assert table.scan().num_rows == 1
