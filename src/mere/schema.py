@@ -182,7 +182,7 @@ def normalize_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schem
         check_column_name(col, partition=True)
         if col not in names:
             raise SchemaMismatch(f"partition column {col!r} is not in the schema {names}")
-        t = schema.field(col).type
+        t = fields[names.index(col)].type  # as stored: a dictionary or view type decoded
         if not any(pred(t) for pred in _PARTITION_TYPES):
             raise SchemaMismatch(f"partition column {col!r} has type {t}, which cannot partition")
     if len(partition_by) == len(fields):
@@ -611,7 +611,7 @@ def add_column(schema: pa.Schema, f: pa.Field) -> pa.Schema:
         raise SchemaMismatch(
             f"a new column must be nullable: existing rows have no value for {f.name!r}"
         )
-    t = f.type.value_type if pat.is_dictionary(f.type) else f.type
+    t = storage_type(f.type)  # as create_table stores it
     type_to_json(t)
     return schema.append(
         _with_physical(pa.field(f.name, t, True), fresh_physical_name(schema, f.name))
@@ -708,7 +708,7 @@ def merge_schema(
             merged = add_column(merged, pa.field(f.name, f.type, True))
             continue
         old_type = merged.field(existing).type
-        new_type = f.type.value_type if pat.is_dictionary(f.type) else f.type
+        new_type = storage_type(f.type)
         if name_key(existing) in fixed:
             continue
         if new_type != old_type and is_safe_widening(old_type, new_type):

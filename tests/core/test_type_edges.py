@@ -177,3 +177,44 @@ def test_times_and_durations_change_unit_when_no_value_is_lost(
     with pytest.raises(mere.SchemaMismatch, match="has type"):
         table.append(pa.table({"id": [3], "v": pa.array([1], pa.timestamp("s"))}))
     assert table.scan().num_rows == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "stored", "value"),
+    [
+        (pa.string_view(), pa.string(), "a"),
+        (pa.binary_view(), pa.binary(), b"a"),
+        (pa.dictionary(pa.int32(), pa.string()), pa.string(), "a"),
+        (pa.list_(pa.string_view()), pa.list_(pa.string()), ["a"]),
+    ],
+)
+def test_a_column_type_create_table_takes_add_column_and_merge_take(
+    db: mere.Database, given: pa.DataType, stored: pa.DataType, value: object
+) -> None:
+    """View types were "unsupported column type string_view" when added, not created."""
+    db.create_table("t", pa.schema([("id", pa.int64())]))
+    with db.transaction() as tx:
+        tx.alter_table("t").add_column("a", given)
+    data = pa.table(
+        {
+            "id": [1],
+            "a": pa.array([value], stored).cast(given),
+            "b": pa.array([value], stored).cast(given),
+        }
+    )
+    db.table("t").append(data.select(["id", "a"]))
+    db.table("t").append(data, schema_mode="merge")
+    assert db.table("t").schema == pa.schema([("id", pa.int64()), ("a", stored), ("b", stored)])
+    assert db.table("t").scan().column("b").to_pylist() == [None, value]
+
+
+@pytest.mark.parametrize("given", [pa.dictionary(pa.int32(), pa.string()), pa.string_view()])
+def test_a_partition_column_is_judged_by_the_type_it_is_stored_as(
+    db: mere.Database, given: pa.DataType
+) -> None:
+    """A dictionary-encoded string column (stored as a string) could not partition."""
+    schema = pa.schema([("p", given), ("x", pa.int64())])
+    db.create_table("t", schema, partition_by=["p"])
+    assert db.table("t").schema.field("p").type == pa.string()
+    db.table("t").append(pa.table({"p": pa.array(["a", "b"]).cast(given), "x": [1, 2]}))
+    assert db.table("t").scan(filter="p = 'b'").column("x").to_pylist() == [2]
