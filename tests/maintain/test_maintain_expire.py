@@ -225,3 +225,40 @@ def test_durations(text: str, seconds: float) -> None:
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+def test_a_handle_that_read_before_an_expiry_reads_and_writes_after_it(db_uri: str) -> None:
+    """Its cached state was replayed forward over expired commits: VersionNotFound for
+    every retained version, and for appends, until the process opened the database again."""
+    writer = mere.connect(db_uri, checkpoint_interval=100)
+    times = build(writer, 7)
+    idle = mere.connect(db_uri, create=False)
+    assert ids_of(idle.snapshot(2).table("events")) == [0]  # cached: version 2
+    expire(writer, 2 * HOUR, now=times[5] + 2 * 3600)  # an ordinary expiry, two hours on
+    assert writer.log.oldest_version() == 5
+    assert ids_of(idle.snapshot().table("events")) == list(range(6))
+    assert ids_of(idle.snapshot(5).table("events")) == list(range(4))
+    idle.table("events").append(events([99]))
+    assert 99 in ids_of(writer.snapshot().table("events"))
+
+
+def test_reading_a_tagged_island_by_number_leaves_the_handle_usable(db_uri: str) -> None:
+    """A tag keeps its version readable below the oldest commit; reading it cached a state
+    later versions could not be replayed from, and check() then called a healthy tag
+    UNREADABLE."""
+    db = mere.connect(db_uri, checkpoint_interval=100)
+    times = build(db, 6)
+    db.tag("old", 2)
+    db.tag("recent", 6)
+    expire(db, timedelta(0), force=True, now=times[5])
+    assert db.log.oldest_version() == 5
+    fresh = mere.connect(db_uri, create=False)
+    assert ids_of(fresh.snapshot(2).table("events")) == [0]
+    assert ids_of(fresh.snapshot(6).table("events")) == list(range(5))
+    fresh.table("events").append(events([99]))
+    checked = mere.connect(db_uri, create=False)
+    assert checked.check().clean
+    latest = fresh.version
+    assert checked.version == latest
+    assert mere.connect(db_uri, create=False).restore(version=2).version == latest + 1
+    assert ids_of(fresh.snapshot().table("events")) == [0]

@@ -15,8 +15,9 @@ MAX_INCREMENTAL_REPLAY = 1000
 def load_state(log: Log, version: int, cached: DatabaseState | None = None) -> DatabaseState:
     """The state at ``version``, replaying as few commits as it can.
 
-    Uses ``cached`` when it is at or not far below the target, else the newest
-    checkpoint at or below the target, else replays from version 0.
+    Uses ``cached`` when it is at or not far below the target and the commits
+    after it still exist, else the newest checkpoint at or below the target,
+    else replays from version 0.
 
     Raises:
         VersionNotFound: a commit needed for the replay does not exist; when
@@ -27,7 +28,10 @@ def load_state(log: Log, version: int, cached: DatabaseState | None = None) -> D
         return cached
     try:
         if cached is not None and 0 <= version - cached.version <= MAX_INCREMENTAL_REPLAY:
-            return replay(log, cached, version)
+            try:
+                return replay(log, cached, version)
+            except VersionNotFound:
+                pass  # commits after it were expired (or it is a tag's island): a checkpoint
         checkpoint = log.checkpoint_at_or_below(version, _interval(cached))
         if checkpoint is not None:
             return _replay_from(log, _open(log, checkpoint), version)
