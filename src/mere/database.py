@@ -604,6 +604,8 @@ class Table:
             if version is not None:
                 return version
         attempts = UPSERT_ATTEMPTS if on_duplicate != "error" else 1
+        if attempts > 1 and isinstance(data, pa.RecordBatchReader):
+            data = data.read_all()  # read once: every attempt must see the rows
         for attempt in range(1, attempts + 1):
             tx = self._db.transaction()
             try:

@@ -271,3 +271,31 @@ def test_merge_matches_float_keys_as_sql_compares_them(db: mere.Database) -> Non
     )
     assert (result.num_target_rows_inserted, result.num_target_rows_updated) == (0, 2)
     assert sorted(r["v"] for r in db.table("floats").scan().to_pylist()) == [10, 20]
+
+
+@pytest.mark.parametrize("on_duplicate", ["update", "skip"])
+def test_an_upsert_of_a_reader_that_loses_a_race_is_run_again_with_its_rows(
+    db: mere.Database, monkeypatch: pytest.MonkeyPatch, on_duplicate: str
+) -> None:
+    """The first attempt read the RecordBatchReader to its end; the second found it empty,
+    committed nothing, and append() returned a version as if the rows were written."""
+    schema = db.table("t").schema
+    other = mere.connect(db.uri, create=False)
+    begin = db.transaction
+    calls = 0
+
+    def racing_transaction(*args: object, **kwargs: object) -> mere.Transaction:
+        nonlocal calls
+        calls += 1
+        tx = begin(*args, **kwargs)  # type: ignore[arg-type]
+        if calls == 1:  # another client inserts key 1 while the first attempt runs
+            other.table("t").append([{"id": 3, "v": "other"}])
+        return tx
+
+    monkeypatch.setattr(db, "transaction", racing_transaction)
+    batch = pa.record_batch({"id": [3, 4], "v": ["mine", "mine"]}, schema=schema)
+    reader = pa.RecordBatchReader.from_batches(schema, [batch])
+    version = db.table("t").append(reader, on_duplicate=on_duplicate)  # type: ignore[arg-type]
+    assert calls == 2
+    first = "mine" if on_duplicate == "update" else "other"
+    assert content(db.snapshot(version).table("t")) == [(1, "a"), (2, "b"), (3, first), (4, "mine")]
