@@ -292,3 +292,40 @@ def test_a_delta_export_into_its_own_database_is_refused(tmp_path: Path, where: 
         db.table("events").export_delta(str(tmp_path / "db") + where)
     assert sorted(p.name for p in (tmp_path / "db").iterdir()) == ["_log", "tables"]
     assert not (tmp_path / "db" / "_log" / "_delta_log").exists()
+
+
+def _damaged_source(tmp_path: Path, inlined: bool) -> mere.Database:
+    """A database whose one data file changed after it was written: a stored file's bytes
+    overwritten, or an inlined file's base64 in the log garbled (it still decodes as base64)."""
+    db = mere.connect(str(tmp_path / "src"), inline_limit=65536 if inlined else None)
+    db.create_table("a", pa.schema([("k", pa.int64())]))
+    db.table("a").append(pa.table({"k": list(range(10))}))
+    if not inlined:
+        (data,) = (tmp_path / "src" / "tables").rglob("*.parquet")
+        data.write_bytes(b"garbage\n")
+        return db
+    commit = tmp_path / "src" / "_log" / f"{db.version:020d}.json"
+    actions = [json.loads(line) for line in commit.read_text().splitlines()]
+    for action in actions:
+        if "add" in action:
+            text = action["add"]["inline"]  # a byte of the schema message, not of the magic
+            action["add"]["inline"] = text[:40] + ("B" if text[40] == "A" else "A") + text[41:]
+    commit.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    return mere.connect(str(tmp_path / "src"), create=False)
+
+
+@pytest.mark.parametrize("inlined", [False, True], ids=["stored", "inlined"])
+@pytest.mark.parametrize("name", [None, "backup"])
+def test_an_export_refuses_a_data_file_that_changed_after_it_was_written(
+    tmp_path: Path, inlined: bool, name: str | None
+) -> None:
+    """It copied the file, reported success, and published a target database that could
+    not be read."""
+    db = _damaged_source(tmp_path, inlined)
+    assert not db.check().clean
+    version = db.version
+    with pytest.raises(mere.CorruptDataFile):
+        db.export(str(tmp_path / "dst"), name=name)
+    with pytest.raises(mere.DatabaseNotFound):
+        mere.connect(str(tmp_path / "dst"), create=False)
+    assert db.version == version if name is None else db.exports() == []

@@ -53,9 +53,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlparse
 
 from mere.data.external import data_file_location, data_file_name
+from mere.data.reader import decoded_inline
 from mere.errors import (
     AlreadyExists,
     CommitOutcomeUnknown,
+    CorruptDataFile,
     ExportTargetExists,
     InvalidArgument,
     InvalidName,
@@ -281,6 +283,9 @@ def export(
     shared_keys = {(meta.id, add.path) for meta, add in shared}
     copied = [job for job in all_files if (job[0].id, job[1].path) not in shared_keys]
     to_copy = [job for job in copied if job[1].inline is None]  # inlined: in the target's log
+    for meta, add in copied:  # a target never starts with what its readers would reject
+        if add.inline is not None:
+            decoded_inline(meta, add)
 
     action: Export | None = None
     registered: int | None = None
@@ -474,6 +479,15 @@ def _copy(source: ObjectStore, target: ObjectStore, meta: TableMeta, add: AddFil
             f"data file {data_file_name(meta, add)} of table {meta.name!r} no longer exists "
             "(deleted by vacuum)"
         ) from None
+    if len(data) != add.size:
+        name = data_file_name(meta, add)
+        raise CorruptDataFile(
+            f"data file {name} of table {meta.name!r} is {len(data):,} bytes; the log records "
+            f"{add.size:,}: it changed after it was written, and is not copied",
+            path=name,
+            table=meta.name,
+            reason="wrong size",
+        )
     target_key = meta.prefix + _relative_path(meta, add)
     try:
         target.put_if_absent(target_key, data)
