@@ -83,13 +83,31 @@ def interval_text(months: int, days: int, nanos: int) -> str:
 
 
 def column_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
-    """Every value of an Arrow column as a JSON-encodable value."""
+    """Every value of an Arrow column as a JSON-encodable value.
+
+    A column Python cannot hold (nanosecond timestamps without pandas, dates
+    and timestamps outside years 1-9999, DuckDB's ``infinity``) is given as
+    Arrow's text, every value of it a string.
+    """
     try:
         values = column.to_pylist()
-    except (ValueError, pa.ArrowException):
-        # E.g. nanosecond timestamps without pandas: fall back to Arrow's own text.
-        return list(pc.cast(column, pa.string()).to_pylist())
+    except (ValueError, OverflowError, pa.ArrowException):
+        return arrow_text(column)
     return [json_value(v) for v in values]
+
+
+def arrow_text(column: pa.Array | pa.ChunkedArray) -> list[str | None]:
+    """A column's values as Arrow's text (``10183-09-21``); DuckDB's infinities as it names them."""
+    texts: list[str | None] = pc.cast(column, pa.string()).to_pylist()
+    kind = column.type
+    if pa.types.is_date32(kind) or pa.types.is_timestamp(kind) or pa.types.is_date64(kind):
+        # DuckDB's 'infinity' and '-infinity' are the storage type's largest magnitude.
+        storage = pa.int32() if pa.types.is_date32(kind) else pa.int64()
+        largest = 2**31 - 1 if pa.types.is_date32(kind) else 2**63 - 1
+        for i, raw in enumerate(column.cast(storage).to_pylist()):
+            if raw is not None and abs(raw) == largest:
+                texts[i] = "infinity" if raw > 0 else "-infinity"
+    return texts
 
 
 def iter_rows(batch: pa.RecordBatch | pa.Table) -> Iterator[dict[str, Any]]:

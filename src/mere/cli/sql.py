@@ -222,6 +222,11 @@ def _error_text(exc: BaseException) -> str:
     return one_line(f"{type(exc).__name__}: {exc} (unexpected: please report it)")
 
 
+def _print_error_text(exc: BaseException) -> str:
+    """An error met printing a statement's result (the statement itself ran)."""
+    return f"the statement ran but its result could not be printed: {_error_text(exc)}"
+
+
 def _parse(text: str) -> Statement:
     from mere.sql.script import split_script
 
@@ -245,7 +250,14 @@ def run_script(target: _Target, text: str, *, as_json: bool) -> None:
                 rolled_back = target.rollback() or (was_open and not target.in_transaction())
                 note = "; the transaction was rolled back" if rolled_back else ""
                 raise CliError(_error_text(exc) + note) from exc
-            show_result(statement, result, as_json=as_json)
+            try:
+                show_result(statement, result, as_json=as_json)
+            except BrokenPipeError:
+                raise
+            except Exception as exc:
+                rolled_back = target.rollback()
+                note = "; the transaction was rolled back" if rolled_back else ""
+                raise CliError(_print_error_text(exc) + note) from exc
     finally:
         open_at_end = target.rollback()
     if open_at_end:
@@ -324,7 +336,16 @@ def run_typed(target: _Target, text: str, *, as_json: bool) -> None:
             message = "cancelled" if interrupts.seen else _error_text(exc)
             _say_error(message + note)
             return
-        show_result(statement, result, as_json=as_json)
+        try:
+            show_result(statement, result, as_json=as_json)
+        except BrokenPipeError:
+            raise
+        except Exception as exc:
+            # The statement ran (and stays done: an open transaction stays open).
+            skipped = len(pieces) - i - 1
+            note = f" ({skipped} more statement{'s' if skipped > 1 else ''} not run)"
+            _say_error(_print_error_text(exc) + (note if skipped else ""))
+            return
 
 
 # --- the interactive loop -----------------------------------------------------------
