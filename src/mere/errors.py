@@ -47,6 +47,11 @@ class NotDurable(StorageError):
     """
 
 
+class NotWritten(StorageError):
+    """A write failed before anything was stored (a read-only or full filesystem, say):
+    the key does not name the bytes, and trying again cannot change that by itself."""
+
+
 class ObjectNotFound(StorageError):
     """The key does not exist in the store."""
 

@@ -611,3 +611,31 @@ def test_link_if_absent_takes_only_staged_files_inside_the_root(
     with pytest.raises(InvalidKey):
         local_store.link_if_absent("k", str(outside))
     assert outside.exists() and listed(local_store) == []
+
+
+def test_a_commit_on_a_read_only_filesystem_fails_definitely(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Creating the temp file failed, so nothing was written; the commit was still sent
+    three times and reported as one whose outcome is unknown (check db.history())."""
+    import mere
+    from mere.errors import CommitOutcomeUnknown, NotWritten
+
+    db = mere.connect(str(tmp_path / "db"))
+    version = db.version
+    real_open = os.open
+    opened: list[str] = []
+
+    def read_only(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if TEMP_PREFIX in os.fspath(path):
+            opened.append(os.fspath(path))
+            raise OSError(errno.EROFS, "Read-only file system", os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    with pytest.raises(NotWritten, match="Read-only file system") as info:
+        db.create_table("t", pa.schema([("a", pa.int64())]))
+    assert not isinstance(info.value, CommitOutcomeUnknown)
+    assert len(opened) == 1
+    monkeypatch.undo()
+    assert mere.connect(str(tmp_path / "db"), create=False).version == version

@@ -25,6 +25,7 @@ from mere.errors import (
     CorruptLog,
     MereError,
     NotDurable,
+    NotWritten,
     ObjectNotFound,
     StorageError,
     VersionNotFound,
@@ -309,6 +310,7 @@ class Log:
         is safe because the commit id makes it idempotent.
 
         Raises:
+            NotWritten: the put failed before anything was stored.
             CommitOutcomeUnknown: neither the put nor the read-back could
                 establish the outcome.
         """
@@ -320,6 +322,8 @@ class Log:
                 return PutOutcome.WON
             except AlreadyExists:
                 pass
+            except NotWritten:
+                raise  # definitely not landed: nothing to establish, and a retry fails alike
             except NotDurable as exc:  # ours landed: read back, it would count as won
                 raise CommitOutcomeUnknown(
                     f"the commit of version {version} landed but may not be durable: {exc}",

@@ -58,7 +58,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from mere.errors import AlreadyExists, InvalidKey, NotDurable, ObjectNotFound, StorageError
+from mere.errors import (
+    AlreadyExists,
+    InvalidKey,
+    NotDurable,
+    NotWritten,
+    ObjectNotFound,
+    StorageError,
+)
 from mere.storage.base import ObjectMeta, ObjectStore, Turns, check_key, check_prefix
 
 try:
@@ -441,7 +448,12 @@ class LocalStore(ObjectStore):
             finally:
                 _unlink_quietly(tmp)
         except OSError as exc:
-            raise self._error("put_if_absent", key, exc) from exc
+            # Up to and including the link, a failure left no object under the key (a
+            # link is atomic): a definite failure, not one of unknown outcome.
+            error = self._error("put_if_absent", key, exc)
+            if type(error) is StorageError:
+                raise NotWritten(str(error)) from exc
+            raise error from exc
         if created or not self._sync_at_give_back(parent):
             try:
                 _fsync_new_name(parent, created)
