@@ -468,6 +468,33 @@ def _stdin_is_terminal() -> bool:
         return False
 
 
+def _utf8(data: bytes, where: str) -> str:
+    """``data`` decoded as UTF-8, or a CliError naming the first bad byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(
+            f"{where} is not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from exc
+
+
+def _script_text(command: str | None, script: IO[bytes] | None) -> str:
+    """The SQL of ``-c``, ``-f`` or stdin, as UTF-8 text (a CliError if it is not)."""
+    if command is not None:
+        # Arguments that are not UTF-8 arrive with their bytes as lone surrogates.
+        try:
+            data = command.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as exc:
+            raise CliError(f"-c SQL is not valid UTF-8 (character {exc.start})") from exc
+        return _utf8(data, "-c SQL")
+    if script is not None:
+        return _utf8(script.read(), str(script.name))
+    stdin = getattr(sys.stdin, "buffer", None)
+    if stdin is None:
+        raise CliError("no SQL to run: stdin is closed (give -c SQL or -f FILE)")
+    return _utf8(stdin.read(), "the SQL read from stdin")
+
+
 @cli.command(short_help="Run SQL: an interactive shell, -c TEXT or -f FILE.")
 @click.argument("uri")
 @click.option("-c", "--command", "command", metavar="SQL", default=None, help="Run SQL and exit.")
@@ -475,7 +502,7 @@ def _stdin_is_terminal() -> bool:
     "-f",
     "--file",
     "script",
-    type=click.File("r", encoding="utf-8"),
+    type=click.File("rb"),
     default=None,
     metavar="FILE",
     help="Run the SQL script in FILE ('-' for stdin) and exit.",
@@ -492,7 +519,7 @@ def sql(
     ctx: click.Context,
     uri: str,
     command: str | None,
-    script: IO[str] | None,
+    script: IO[bytes] | None,
     at_version: int | str | None,
     at_timestamp: datetime | None,
     as_json: bool,
@@ -534,8 +561,4 @@ def sql(
         if interactive:
             interact(target, uri, as_json=json_out)
             return
-        if command is not None:
-            text = command
-        else:
-            text = (script or sys.stdin).read()
-        run_script(target, text, as_json=json_out)
+        run_script(target, _script_text(command, script), as_json=json_out)
