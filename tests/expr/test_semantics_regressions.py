@@ -427,3 +427,19 @@ def test_new_syntax_errors(sql, fragment):
     with pytest.raises(InvalidExpression) as info:
         bind(parse(sql), SYNTAX_SCHEMA)
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("function", ["trim", "ltrim", "rtrim"])
+def test_trim_removes_the_spaces_duckdb_removes(tmp_path: Path, function: str) -> None:
+    """Only U+0020 was removed: an UPDATE with trim() disagreed with the same SQL's SELECT
+    (no-break, em and ideographic spaces stayed)."""
+    spaces = ["\t", "\n", " ", "\xa0", "\u1680", "\u2003", "\u200b", "\u202f", "\u3000", "\ufeff"]
+    values = [f"{c}x{c}" for c in spaces] + [None, "", "\xa0\u3000"]
+    data = pa.table({"id": range(len(values)), "s": values})
+    con = duckdb.connect()
+    want = [t for (t,) in con.execute(f"SELECT {function}(s) FROM data ORDER BY id").fetchall()]
+    db = mere.connect(str(tmp_path))
+    db.create_table("t", data.schema)
+    db.table("t").append(data)
+    db.table("t").update(None, {"s": f"{function}(s)"})
+    assert db.table("t").scan().sort_by("id").column("s").to_pylist() == want

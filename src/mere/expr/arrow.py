@@ -70,6 +70,9 @@ _NAN_OUTCOME = {
     ">=": lambda a, b: a,
 }
 _TRIM = {"trim": "utf8_trim", "ltrim": "utf8_ltrim", "rtrim": "utf8_rtrim"}
+#: What DuckDB's trim removes by default: Unicode's space separators (category Zs:
+#: the space, no-break spaces, the em and ideographic spaces, ...), not tabs or newlines.
+_SPACES = " \u00a0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u202f\u205f\u3000"
 _STRING_TESTS = {
     "starts_with": "starts_with",
     "ends_with": "ends_with",
@@ -421,7 +424,7 @@ def _func(expr: ast.Func) -> pc.Expression:
             operand = operand.cast(pa.float64())  # DuckDB: a number is never NaN or infinite
         return getattr(pc, f"is_{expr.name[2:]}")(operand)
     if expr.name in _TRIM:
-        chars = _text_argument(expr, 1, " ")
+        chars = _text_argument(expr, 1, _SPACES)
         return getattr(pc, _TRIM[expr.name])(args[0], characters=chars)
     if expr.name in _STRING_TESTS:
         pattern = _text_argument(expr, 1, "")
