@@ -251,12 +251,14 @@ def test_scan_columns_filter_limit(lake: mere.Database) -> None:
 
 
 def test_scan_of_a_column_named_twice_keeps_each_value_under_its_header(
-    lake: mere.Database,
+    lake: mere.Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rows = json_lines("scan", lake.uri, "orders", "--columns", "id,ID,country", "--json")
     assert by_id(rows)[0] == {"id": 1, "id_1": 1, "country": "FR"}
-    out = ok("scan", lake.uri, "orders", "--columns", "id,id,country", "--filter", "id = 1")
-    [values] = [line for line in out.splitlines() if "│" in line]
+    args = ("scan", lake.uri, "orders", "--columns", "id,id,country", "--filter", "id = 1")
+    assert ok(*args).splitlines()[1:3] == ["id  id  country", " 1   1  FR"]  # piped: plain
+    monkeypatch.setattr(cli_main, "_stdout_is_terminal", lambda: True)
+    [values] = [line for line in ok(*args).splitlines() if "│" in line]
     assert values.replace("│", " ").split() == ["1", "1", "FR"]
 
 

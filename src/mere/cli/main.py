@@ -53,6 +53,7 @@ from mere.cli.output import (
     iter_rows,
     key_values,
     make_table,
+    plain_cell,
     short_time,
     tables_view,
     titled,
@@ -301,6 +302,12 @@ def scan(
 ) -> None:
     """Print the rows of a table, optionally filtered, projected and as of a past version.
 
+    On a terminal: one table of the first 20 rows (--limit). Otherwise (a
+    pipe, a file): plain text printed as the rows are read, a title line, a
+    header line, one line per row and a last line with the count; columns
+    are separated by two spaces and aligned 1,000 rows at a time, control
+    characters are escaped (\\n, \\x1b) and a null prints as null.
+
     JSON: JSON Lines, one object per row ({"column": value, ...}, columns in
     order), nothing for no rows. Dates, times and timestamps are ISO 8601
     strings, decimals exact strings, binary base64, NaN/Infinity strings.
@@ -320,16 +327,25 @@ def scan(
                 _scan_human(reader, limit, f"{table_name} at version {snap.version}")
 
 
+#: Rows converted and printed at a time when output is streamed (piped human
+#: output, and --json): memory stays bounded by this many rows.
+STREAM_ROWS = 1000
+
+
 def _batches(reader: pa.RecordBatchReader, limit: int) -> Iterator[pa.RecordBatch]:
-    """The reader's batches, cut to ``limit`` rows (0: all) plus one to detect more."""
+    """The reader's rows in batches of at most STREAM_ROWS, cut to ``limit`` (0: all) plus one.
+
+    The extra row tells that more match.
+    """
     wanted = limit + 1 if limit else None
     for batch in reader:
-        if wanted is not None:
-            if wanted <= 0:
+        for start in range(0, batch.num_rows, STREAM_ROWS):
+            if wanted is not None and wanted <= 0:
                 return
-            batch = batch.slice(0, wanted)
-            wanted -= batch.num_rows
-        yield batch
+            piece = batch.slice(start, STREAM_ROWS if wanted is None else min(STREAM_ROWS, wanted))
+            if wanted is not None:
+                wanted -= piece.num_rows
+            yield piece
 
 
 def _scan_json(reader: pa.RecordBatchReader, limit: int) -> None:
@@ -340,9 +356,19 @@ def _scan_json(reader: pa.RecordBatchReader, limit: int) -> None:
                 return
             emit_json(row, lines=True)
             emitted += 1
+        sys.stdout.flush()
+
+
+def _caption(shown: int, more: bool) -> str:
+    noun = "row" if shown == 1 else "rows"
+    return f"first {shown} {noun}; more match" if more else f"{shown} {noun}"
 
 
 def _scan_human(reader: pa.RecordBatchReader, limit: int, title: str) -> None:
+    """The rows as one table on a terminal; streamed as plain text otherwise."""
+    if not _stdout_is_terminal():
+        _scan_plain(reader, limit, title)
+        return
     table = make_table(reader.schema.names)
     shown = 0
     more = False
@@ -353,11 +379,55 @@ def _scan_human(reader: pa.RecordBatchReader, limit: int, title: str) -> None:
                 break
             table.add_row(*(cell(value) for value in values))
             shown += 1
-    noun = "row" if shown == 1 else "rows"
-    caption = (
-        f"first {shown} {noun}; more match (--limit 0 shows all)" if more else f"{shown} {noun}"
-    )
-    console().print(titled(title, table, caption))
+    more_text = " (--limit 0 shows all)" if more else ""
+    console().print(titled(title, table, _caption(shown, more) + more_text))
+
+
+def _scan_plain(reader: pa.RecordBatchReader, limit: int, title: str) -> None:
+    """Rows as plain text, printed as they are read: columns aligned per STREAM_ROWS rows.
+
+    Columns are separated by two spaces, numbers right-aligned; a column only
+    widens, so a wider value further down shifts the columns from there on.
+    """
+    names = reader.schema.names
+    right = [
+        pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
+        for f in reader.schema
+    ]
+    widths = [len(name) for name in names]
+    out = sys.stdout
+
+    def line(texts: list[str]) -> str:
+        padded = [
+            text.rjust(width) if align else text.ljust(width)
+            for text, width, align in zip(texts, widths, right, strict=True)
+        ]
+        return "  ".join(padded).rstrip() + "\n"
+
+    out.write(title + "\n")
+    shown = 0
+    more = False
+    header = True
+    for batch in _batches(reader, limit):
+        rows = []
+        for values in iter_row_values(batch):
+            if limit and shown >= limit:
+                more = True
+                break
+            rows.append([plain_cell(value) for value in values])
+            shown += 1
+        for texts in rows:
+            widths = [max(w, len(t)) for w, t in zip(widths, texts, strict=True)]
+        if header:
+            out.write(line(list(names)))
+            header = False
+        out.write("".join(line(texts) for texts in rows))
+        out.flush()
+    if header:
+        out.write(line(list(names)))
+    more_text = ": --limit 0 shows all" if more else ""
+    out.write(f"({_caption(shown, more)}{more_text})\n")
+    out.flush()
 
 
 # --- entry point -------------------------------------------------------------------

@@ -11,6 +11,7 @@ import base64
 import json
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
@@ -188,6 +189,27 @@ def cell(value: Any) -> Text:
     if isinstance(value, dict | list):
         return Text(json.dumps(value, ensure_ascii=False))
     return Text(str(value))
+
+
+#: Control characters (C0, DEL, C1): shown escaped in human output, never sent to the terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``): one line, inert."""
+    return _CONTROL.sub(lambda m: _ESCAPES.get(m[0], f"\\x{ord(m[0]):02x}"), text)
+
+
+def plain_cell(value: Any) -> str:
+    """A JSON-encodable value as plain text on one line (``null`` for a null)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return escape_controls(json.dumps(value, ensure_ascii=False))
+    return escape_controls(str(value))
 
 
 def human_size(size: int) -> str:
