@@ -48,6 +48,7 @@ from mere.cli.output import (
     cell,
     console,
     emit_json,
+    escape_controls,
     human_size,
     iter_row_values,
     iter_rows,
@@ -389,7 +390,7 @@ def _scan_plain(reader: pa.RecordBatchReader, limit: int, title: str) -> None:
     Columns are separated by two spaces, numbers right-aligned; a column only
     widens, so a wider value further down shifts the columns from there on.
     """
-    names = reader.schema.names
+    names = [escape_controls(name) for name in reader.schema.names]
     right = [
         pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
         for f in reader.schema
@@ -419,12 +420,12 @@ def _scan_plain(reader: pa.RecordBatchReader, limit: int, title: str) -> None:
         for texts in rows:
             widths = [max(w, len(t)) for w, t in zip(widths, texts, strict=True)]
         if header:
-            out.write(line(list(names)))
+            out.write(line(names))
             header = False
         out.write("".join(line(texts) for texts in rows))
         out.flush()
     if header:
-        out.write(line(list(names)))
+        out.write(line(names))
     more_text = ": --limit 0 shows all" if more else ""
     out.write(f"({_caption(shown, more)}{more_text})\n")
     out.flush()

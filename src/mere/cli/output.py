@@ -179,16 +179,15 @@ def short_time(iso: str) -> str:
 
 
 def cell(value: Any) -> Text:
-    """A JSON-encodable value as a table cell; strings are never read as rich markup."""
+    """A JSON-encodable value as a table cell; strings are never read as rich markup.
+
+    Control characters are escaped (:func:`escape_controls`), as in error messages.
+    """
     if value is None:
         return NULL_TEXT.copy()
-    if isinstance(value, str):
-        return Text(value)
     if isinstance(value, bool):
         return Text("true" if value else "false")
-    if isinstance(value, dict | list):
-        return Text(json.dumps(value, ensure_ascii=False))
-    return Text(str(value))
+    return Text(plain_cell(value))  # control characters escaped: data never drives the terminal
 
 
 #: Control characters (C0, DEL, C1): shown escaped in human output, never sent to the terminal.
@@ -226,7 +225,11 @@ def make_table(columns: Sequence[str], *, right: Sequence[str] = ()) -> Table:
     """A rich table with the given headers; columns named in ``right`` are right-aligned."""
     table = Table(header_style="bold")
     for name in columns:
-        table.add_column(name, justify="right" if name in right else "left", overflow="fold")
+        table.add_column(
+            Text(escape_controls(name)),
+            justify="right" if name in right else "left",
+            overflow="fold",
+        )
     return table
 
 

@@ -1,0 +1,50 @@
+"""Control characters in stored strings are escaped in human output, kept in JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+import mere
+from mere.cli import cli
+from mere.cli import main as cli_main
+
+pytest.importorskip("duckdb")
+
+TITLE = "\x1b]0;pwned\x07x\ny\tz"  # an OSC sequence retitling the terminal, a newline, a tab
+SHOWN = "\\x1b]0;pwned\\x07x\\ny\\tz"
+
+
+@pytest.fixture
+def uri(tmp_path: Path) -> str:
+    db = mere.connect(str(tmp_path / "esc"))
+    db.create_table("t", pa.schema([("s", pa.string())]))
+    db.table("t").append(pa.table({"s": [TITLE]}))
+    return db.uri
+
+
+def out(*args: str) -> str:
+    done = CliRunner().invoke(cli, list(args))
+    assert done.exit_code == 0, (done.output, done.exception)
+    return done.stdout
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_scan_and_sql_tables_escape_control_characters(
+    uri: str, terminal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_main, "_stdout_is_terminal", lambda: terminal)
+    for text in (out("scan", uri, "t"), out("sql", uri, "-c", "SELECT * FROM t")):
+        assert "\x1b" not in text and "\x07" not in text and "\t" not in text
+        assert SHOWN in text
+    alias = out("sql", uri, "-c", 'SELECT 1 AS "a\x1b[2Jb"')  # a column name from SQL
+    assert "\x1b" not in alias and "a\\x1b[2Jb" in alias
+
+
+def test_json_keeps_the_value(uri: str) -> None:
+    assert json.loads(out("scan", uri, "t", "--json")) == {"s": TITLE}
+    assert json.loads(out("sql", uri, "--json", "-c", "SELECT * FROM t")) == {"s": TITLE}
