@@ -441,3 +441,21 @@ def test_many_string_keys_use_the_key_range(db: mere.Database) -> None:
     )
     assert metrics.num_target_rows_updated == 2000
     assert metrics.num_target_files_removed == 1  # the 'z' file is outside the key range
+
+
+def test_a_target_row_deleted_by_several_source_rows_is_deleted_once(kv: mere.Table) -> None:
+    """Deleting a row twice is no ambiguity (Delta Lake and DuckDB take it); it raised."""
+    twice = [{"id": 1, "v": "x", "n": 1}, {"id": 1, "v": "y", "n": 1}, {"id": 4, "v": "x"}]
+    metrics = kv.merge(twice, on="t.id = s.id").when_matched_delete().execute()
+    assert metrics.num_target_rows_deleted == 2
+    assert sorted(content(kv)) == [2, 3, 5]
+    kv.merge([{"id": 2, "v": "x"}, {"id": 2, "v": "y"}], on="t.id = s.id").when_matched_delete(
+        cond="s.v = 'x'"
+    ).when_matched_delete().execute()
+    assert sorted(content(kv)) == [3, 5]
+    version = kv._db.version
+    mixed = kv.merge([{"id": 3, "v": "x"}, {"id": 3, "v": "y"}], on="t.id = s.id")
+    mixed.when_matched_delete(cond="s.v = 'x'").when_matched_update({"v": "s.v"})
+    with pytest.raises(mere.ConstraintViolation, match="several source rows"):
+        mixed.execute()
+    assert kv._db.version == version

@@ -154,6 +154,30 @@ def test_a_target_row_matched_twice_commits_nothing(spark, uri):
     assert db.table("spark_side").scan(filter="id = 1").column("amount").to_pylist() == [20.0]
 
 
+def test_a_target_row_deleted_by_several_source_rows_is_deleted_once(spark, uri):
+    """As on one machine: deleting a row twice is no ambiguity; a mix with an update is."""
+    db = twin_tables(uri)
+    rows = [(1, 10.0), (1, 20.0), (70, 3.0), (70, 4.0), (200, 1.0)]
+    source = pa.table({"id": [r[0] for r in rows], "amount": [r[1] for r in rows]})
+    df = spark.createDataFrame(rows, "id long, amount double")
+
+    def clauses(m: Any) -> Any:
+        return m.when_matched_delete(cond="s.amount > 15").when_matched_delete()
+
+    spark_metrics = clauses(mere.spark.merge(spark, uri, "spark_side", df, "t.id = s.id")).execute()
+    arrow_metrics = clauses(db.table("arrow_side").merge(source, "t.id = s.id")).execute()
+    assert content(db, "spark_side") == content(db, "arrow_side")
+    same_counts(spark_metrics, arrow_metrics)
+    assert spark_metrics.num_target_rows_deleted == 2
+    version = db.version
+    again = spark.createDataFrame([(2, 10.0), (2, 20.0)], "id long, amount double")
+    mixed = mere.spark.merge(spark, uri, "spark_side", again, "t.id = s.id")
+    mixed.when_matched_delete(cond="s.amount > 15").when_matched_update({"amount": "s.amount"})
+    with pytest.raises(mere.ConstraintViolation, match="several source rows"):
+        mixed.execute()
+    assert db.version == version
+
+
 def test_merge_and_write_in_one_transaction(spark, uri):
     db = twin_tables(uri)
     version = db.version

@@ -18,8 +18,8 @@ is where the work happens:
    with its file and row number), Spark joins them with the source on the
    keys, and executors evaluate ``on`` and the WHEN clauses on the pairs with
    mere's evaluator: results equal the one-machine MERGE's.
-3. A Spark aggregate finds target rows acted on more than once (a
-   :class:`~mere.errors.ConstraintViolation` before anything is written) and
+3. A Spark aggregate finds target rows acted on more than once, not all
+   deletes (a :class:`~mere.errors.ConstraintViolation` before anything is written), and
    the files holding an updated or deleted row. Only those files are
    rewritten (their untouched rows plus the updated ones, in file order),
    together with the inserted rows, by the executor write path of
@@ -452,20 +452,26 @@ class SparkMerger:
         if pairs is not None:
             acted = pairs.where(F.col("__action") >= 0)
             is_update = F.col("__action").isin(updates) if updates else F.lit(False)
+            per_row = acted.groupBy("__file", "__row").agg(
+                F.count(F.lit(1)).alias("acts"),
+                F.sum(F.when(is_update, 1).otherwise(0)).alias("updates"),
+            )
+            # A row acted on more than once is an error unless every act deletes it.
+            ambiguous = (F.col("acts") > 1) & (F.col("updates") > 0)
             per_file = (
-                acted.groupBy("__file")
+                per_row.groupBy("__file")
                 .agg(
-                    F.count(F.lit(1)).alias("acted"),
-                    F.countDistinct("__row").alias("rows"),
-                    F.sum(F.when(is_update, 1).otherwise(0)).alias("updated"),
+                    F.sum(F.when(ambiguous, 1).otherwise(0)).alias("ambiguous"),
+                    F.count(F.lit(1)).alias("rows"),
+                    F.sum("updates").alias("updated"),
                 )
                 .collect()
             )
-            if any(r["acted"] != r["rows"] for r in per_file):
+            if any(r["ambiguous"] for r in per_file):
                 raise multiple_matches(plan.on_text)
             touched = sorted(r["__file"] for r in per_file)
             updated = sum(r["updated"] for r in per_file)
-            deleted = sum(r["acted"] for r in per_file) - updated
+            deleted = sum(r["rows"] for r in per_file) - updated
 
         # 4. The new rows: touched files rewritten, unmatched source rows inserted.
         parts: list[DataFrame] = []

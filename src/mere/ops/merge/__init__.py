@@ -24,8 +24,10 @@ Semantics (those of SQL MERGE, checked against DuckDB's ``MERGE INTO`` in the te
   Rows no clause picks are left as they are.
 * A target row acted on by several source rows is an error
   (:class:`~mere.errors.ConstraintViolation`) and nothing is written, as in the
-  SQL standard and DuckDB. One source row matching several target rows is
-  fine: each of them is updated (or deleted).
+  SQL standard, Spark and Delta Lake (DuckDB keeps the last source row),
+  unless every act on it deletes it: deleting a row twice is no ambiguity.
+  One source row matching several target rows is fine: each of them is
+  updated (or deleted).
 * Names: ``t.x`` is the target's column, ``s.x`` the source's (with the
   aliases given); a bare ``x`` must exist on one side only. Insert clauses
   see only the source.

@@ -84,14 +84,21 @@ def run_merge(plan: MergePlan, source: pa.Table, table: TxTable) -> MergeMetrics
     action = first_clause(plan.matched, joined)
     acted = pc.not_equal(action, -1)
     acted_targets = target_idx.filter(acted)
+    deletes = [k for k, clause in enumerate(plan.matched) if clause.action == "delete"]
+    deleting = pc.is_in(action, value_set=pa.array(deletes, action.type))
     if len(pc.unique(acted_targets)) != len(acted_targets):
-        raise multiple_matches(plan.on_text)
+        # Acting on a row twice is ambiguous unless every act deletes it (as Delta Lake
+        # allows a lone unconditional delete): several updates could disagree.
+        counts = pc.value_counts(acted_targets)
+        several = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
+        updating = pc.and_(acted, pc.invert(deleting))
+        if pc.any(pc.and_(updating, pc.is_in(target_idx, value_set=several))).as_py():
+            raise multiple_matches(plan.on_text)
+    deleted = len(pc.unique(target_idx.filter(deleting)))
     updated_parts: list[pa.Table] = []
-    deleted = 0
     for k, clause in enumerate(plan.matched):
         chosen = pc.equal(action, k)
         if clause.action == "delete":
-            deleted += pc.sum(chosen).as_py() or 0
             continue
         pairs = joined.filter(chosen)
         rows = plan.new_rows(clause, pairs, from_target=True)
