@@ -124,3 +124,9 @@ def test_errors_name_the_table_not_the_scratch_table(db: mere.Database) -> None:
         with pytest.raises(SQLError) as info:
             db.sql(statement)
         assert "__mere" not in str(info.value)
+
+
+def test_sql_text_that_is_not_unicode_is_refused(db: mere.Database) -> None:
+    """A lone surrogate reached DuckDB, which raised a raw TypeError."""
+    with pytest.raises(mere.InvalidArgument, match="offset 8"):
+        db.sql("SELECT '\udcff'")

@@ -67,6 +67,12 @@ def split_script(text: str, params: Params = None) -> list[Statement]:
     """
     if not isinstance(text, str):
         raise InvalidArgument(f"SQL text must be a string, not {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate (from bytes decoded with escapes)
+        raise InvalidArgument(
+            f"SQL text is not valid Unicode: {text[exc.start]!r} at offset {exc.start}"
+        ) from None
     if params is not None and (isinstance(params, str | bytes) or not _is_params(params)):
         raise InvalidArgument("params must be a list/tuple of values or a dict of named values")
     tokens = tokenize(text)
