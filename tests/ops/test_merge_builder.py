@@ -459,3 +459,14 @@ def test_a_target_row_deleted_by_several_source_rows_is_deleted_once(kv: mere.Ta
     with pytest.raises(mere.ConstraintViolation, match="several source rows"):
         mixed.execute()
     assert kv._db.version == version
+
+
+@pytest.mark.parametrize(
+    "kind", [pa.string_view(), pa.large_string(), pa.dictionary(pa.int8(), pa.string())]
+)
+def test_a_source_of_view_or_dictionary_strings_merges(kv: mere.Table, kind: pa.DataType) -> None:
+    """A string_view source raised a raw ArrowNotImplementedError (no array_take kernel)."""
+    source = pa.table({"id": [2, 6], "v": pa.array(["B", "F"]).cast(kind), "n": [20, 60]})
+    merger = kv.merge(source, "t.id = s.id")
+    merger.when_matched_update_all().when_not_matched_insert_all().execute()
+    assert content(kv)[2] == ("B", 20) and content(kv)[6] == ("F", 60)

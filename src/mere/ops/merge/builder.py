@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.types as pat
 
 from mere import expr as sqlexpr
 from mere.errors import InvalidArgument, InvalidExpression, SchemaMismatch
@@ -34,7 +33,7 @@ from mere.ops.merge.plan import (
     joined_name,
 )
 from mere.ops.update import literal_value
-from mere.schema import to_arrow_table
+from mere.schema import storage_type, to_arrow_table
 from mere.txn.context import run_statement
 
 if TYPE_CHECKING:
@@ -431,7 +430,8 @@ class TableMerger:
 
 
 def _source_table(source: Any, target: pa.Schema) -> pa.Table:
-    """The merge source as one Arrow table (dictionary columns decoded)."""
+    """The merge source as one Arrow table, as stored (dictionary columns decoded, view
+    types as plain ones: the kernels a merge uses take no views)."""
     if isinstance(source, list):
         table = _rows_table(source, target)
     elif isinstance(source, pa.Table | pa.RecordBatch | pa.RecordBatchReader) or (
@@ -446,8 +446,9 @@ def _source_table(source: Any, target: pa.Schema) -> pa.Table:
     if len(set(table.column_names)) != table.num_columns:
         raise SchemaMismatch(f"the merge source has duplicate column names: {table.column_names}")
     for i, f in enumerate(table.schema):
-        if pat.is_dictionary(f.type):
-            table = table.set_column(i, f.name, table.column(i).cast(f.type.value_type))
+        stored = storage_type(f.type)  # dictionaries decoded, views as plain types
+        if stored != f.type:
+            table = table.set_column(i, f.name, table.column(i).cast(stored))
     return table
 
 
