@@ -300,9 +300,6 @@ def export_delta(
     state = db.state_at(snapshot.version).tables[table.id]
     meta = state.meta
     locate_target(target, db.store.uri)  # not the source, nor inside or around it
-    store = target if isinstance(target, ObjectStore) else open_store(target)
-    if store.exists(DELTA_LOG_0):
-        raise DeltaExportError(f"{store.uri} already holds a Delta table")
 
     fields = []
     arrow_fields = []
@@ -322,6 +319,11 @@ def export_delta(
     for add in files:  # refuse before writing anything
         for column in meta.partition_columns:
             _partition_value(add.partition_values.get(column), *partition_types[column])
+    # Opened only now: a local target directory is created by it, and a refusal above
+    # leaves none behind.
+    store = target if isinstance(target, ObjectStore) else open_store(target)
+    if store.exists(DELTA_LOG_0):
+        raise DeltaExportError(f"{store.uri} already holds a Delta table")
     with progress(f"exporting {meta.name} to Delta Lake", len(files)) as advance:
         results: list[tuple[AddFile, int, bool]] = []
         if files:
