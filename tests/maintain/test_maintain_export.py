@@ -330,3 +330,13 @@ def test_an_export_refuses_a_data_file_that_changed_after_it_was_written(
     with pytest.raises(mere.DatabaseNotFound):
         mere.connect(str(tmp_path / "dst"), create=False)
     assert db.version == version if name is None else db.exports() == []
+
+
+@pytest.mark.parametrize("inlined", [False, True], ids=["stored", "inlined"])
+def test_a_delta_export_names_a_data_file_that_changed(tmp_path: Path, inlined: bool) -> None:
+    """It failed with pyarrow's bare "Parquet magic bytes not found in footer"."""
+    db = _damaged_source(tmp_path, inlined)
+    with pytest.raises(mere.CorruptDataFile, match="tables/") as info:
+        db.table("a").export_delta(tmp_path / "delta")
+    assert info.value.table == "a"
+    assert not (tmp_path / "delta" / DELTA_LOG_0).exists()

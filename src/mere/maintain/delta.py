@@ -40,11 +40,12 @@ import pyarrow.types as pat
 
 import mere
 from mere.data.external import data_file_location, data_file_name
-from mere.data.reader import read_file
+from mere.data.reader import parquet_errors, read_file
 from mere.data.values import from_text, stat_from_json
 from mere.data.writer import inlined_as_parquet, parquet_data_file
 from mere.errors import (
     AlreadyExists,
+    CorruptDataFile,
     DeltaExportError,
     ObjectNotFound,
 )
@@ -424,11 +425,16 @@ def _write_file(
     """Copy (or rewrite in Delta's names and types) one data file; (add, size, rewritten)."""
     key = data_file_name(meta, add)
     if add.inline is not None:  # its bytes are in the log: written as a file of its own
-        stored_key, data = meta.prefix + add.path, inlined_as_parquet(add.inline)
+        with parquet_errors(meta, add):
+            stored_key, data = meta.prefix + add.path, inlined_as_parquet(add.inline)
     else:
         holder, stored_key = data_file_location(db.store, meta, add)  # an export's: its source's
         data = _get(holder, stored_key, meta, key)
-    stored = pq.read_schema(pa.BufferReader(data))
+        if len(data) != add.size:  # changed after it was written: not passed on
+            reason = f"it is {len(data):,} bytes; the log records {add.size:,}"
+            raise CorruptDataFile.of(key, meta.name, reason=reason)
+    with parquet_errors(meta, add):
+        stored = pq.read_schema(pa.BufferReader(data))
     same = stored.names == file_schema.names and all(
         stored.field(f.name).type == f.type for f in file_schema
     )

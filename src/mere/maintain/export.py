@@ -479,15 +479,9 @@ def _copy(source: ObjectStore, target: ObjectStore, meta: TableMeta, add: AddFil
             f"data file {data_file_name(meta, add)} of table {meta.name!r} no longer exists "
             "(deleted by vacuum)"
         ) from None
-    if len(data) != add.size:
-        name = data_file_name(meta, add)
-        raise CorruptDataFile(
-            f"data file {name} of table {meta.name!r} is {len(data):,} bytes; the log records "
-            f"{add.size:,}: it changed after it was written, and is not copied",
-            path=name,
-            table=meta.name,
-            reason="wrong size",
-        )
+    if len(data) != add.size:  # changed after it was written: not passed on
+        reason = f"it is {len(data):,} bytes; the log records {add.size:,}"
+        raise CorruptDataFile.of(data_file_name(meta, add), meta.name, reason=reason)
     target_key = meta.prefix + _relative_path(meta, add)
     try:
         target.put_if_absent(target_key, data)
