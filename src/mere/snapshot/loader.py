@@ -48,7 +48,8 @@ def load_state(log: Log, version: int, cached: DatabaseState | None = None) -> D
         if oldest is not None and version < oldest:
             raise VersionNotFound(
                 f"version {version} was expired; the oldest readable version is {oldest}",
-                help=f"read a version from {oldest} on",
+                help=f"read a version from {oldest} on, or one a tag or export keeps "
+                "(db.exports() lists them)",
             ) from exc
         raise
 
