@@ -359,3 +359,39 @@ def test_zoned_timestamp_bounds_are_exact_before_1900(
             want = duckdb.sql(f"SELECT id FROM data WHERE {where} ORDER BY id").fetchall()
             got = db.table("t").scan(filter=where).sort_by("id").column("id").to_pylist()
             assert got == [i for (i,) in want], where
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_zoned_timestamp_bounds_an_older_mere_wrote_are_read_widened(
+    tmp_path: Any, checkpointed: bool
+) -> None:
+    """An older mere wrote them as the zone's local text with a whole-minute offset, which
+    before standard time is up to a minute off: a filter skipped the file of its match."""
+    import json
+    from pathlib import Path
+
+    t = pa.timestamp("us", tz="Asia/Kolkata")
+    root = Path(tmp_path) / "db"
+    db = mere.connect(str(root))
+    db.create_table("t", pa.schema([("ts", t)]))
+    moment = pa.array([-3786825600 * 1_000_000], t)  # 1850-01-01 00:00:00 UTC
+    db.table("t").append(pa.table({"ts": moment}))
+    commit = root / "_log" / f"{db.version:020d}.json"
+    lines = [json.loads(line) for line in commit.read_text().splitlines()]
+    old_text = pc.cast(moment, pa.string())[0].as_py()  # local time, offset +0553
+    assert old_text.endswith("+0553")
+    for line in lines:
+        if "add" in line:
+            line["add"]["stats"]["minValues"]["ts"] = old_text
+            line["add"]["stats"]["maxValues"]["ts"] = old_text
+    commit.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    db = mere.connect(str(root), create=False)
+    if checkpointed:
+        db.checkpoint()
+        db = mere.connect(str(root), create=False)
+    for where in (
+        "ts = TIMESTAMPTZ '1850-01-01 00:00:00+00'",
+        "ts <= TIMESTAMPTZ '1850-01-01 00:00:10+00'",
+    ):
+        assert db.table("t").scan(filter=where).num_rows == 1, where
+    assert db.table("t").scan(filter="ts > TIMESTAMPTZ '1850-01-01 00:02:00+00'").num_rows == 0

@@ -113,6 +113,42 @@ def stat_to_json(value: pa.Scalar) -> Any:
     return None
 
 
+#: How far from the value a bound of a zoned timestamp written by an older mere may lie:
+#: it was the zone's local time with the offset in whole minutes, and before standard
+#: time a zone's offset had seconds (Kolkata's +05:53:28). Readers widen such bounds by it.
+ZONED_BOUND_SLACK = datetime.timedelta(minutes=1)
+
+
+def zoned_bounds_inexact(type_: pa.DataType) -> bool:
+    """Whether bounds of a column of ``type_`` may be :data:`ZONED_BOUND_SLACK` off."""
+    return bool(pat.is_timestamp(type_) and type_.tz not in (None, "UTC"))
+
+
+def widened_bounds(lo: Any, hi: Any) -> tuple[Any, Any]:
+    """Python bounds of a zoned timestamp widened by :data:`ZONED_BOUND_SLACK` (None where
+    that passes Python's range: unknown)."""
+
+    def moved(value: Any, by: datetime.timedelta) -> Any:
+        try:
+            return None if value is None else value + by
+        except OverflowError:
+            return None
+
+    return moved(lo, -ZONED_BOUND_SLACK), moved(hi, ZONED_BOUND_SLACK)
+
+
+def widened_bound_arrays(lo: pa.Array | None, hi: pa.Array | None) -> tuple[Any, Any]:
+    """:func:`widened_bounds` for the arrays of every file's bounds (a checkpoint's columns)."""
+
+    def moved(values: pa.Array | None, kernel: Any) -> Any:
+        if values is None:
+            return None
+        slack = pa.scalar(ZONED_BOUND_SLACK, pa.duration(values.type.unit))
+        return kernel(values, slack)
+
+    return moved(lo, pc.subtract), moved(hi, pc.add)
+
+
 def stat_from_json(value: Any, type_: pa.DataType) -> Any:
     """A statistic decoded to the Python value ``pyarrow`` uses for ``type_``.
 

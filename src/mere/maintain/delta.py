@@ -41,7 +41,12 @@ import pyarrow.types as pat
 import mere
 from mere.data.external import data_file_location, data_file_name
 from mere.data.reader import parquet_errors, read_file
-from mere.data.values import from_text, stat_from_json
+from mere.data.values import (
+    from_text,
+    stat_from_json,
+    widened_bounds,
+    zoned_bounds_inexact,
+)
 from mere.data.writer import inlined_as_parquet, parquet_data_file
 from mere.errors import (
     AlreadyExists,
@@ -208,6 +213,8 @@ def _stat_value(value: Any, t: pa.DataType, upper: bool) -> Any:
     skip by min/max that leave NaN out, which drops NaN rows mere keeps.
     """
     decoded = stat_from_json(value, t)
+    if decoded is not None and zoned_bounds_inexact(t):  # an older mere's may be a minute off
+        decoded = widened_bounds(None, decoded)[1] if upper else widened_bounds(decoded, None)[0]
     if decoded is None:
         return None
     if pat.is_integer(t) and not pat.is_uint64(t):

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mere.data.values import widened_bound_arrays, zoned_bounds_inexact
 from mere.expr.ast import referenced_columns
 from mere.log.actions import AddFile, TableMeta
 from mere.log.columns import (
@@ -70,6 +71,8 @@ def table_facts(meta: TableMeta, files: LiveFiles, names: Iterable[str]) -> tupl
                 nans_column(physical),
             )
         ]
+        if zoned_bounds_inexact(f.type):
+            stats[0], stats[1] = widened_bound_arrays(stats[0], stats[1])
         columns[name] = ColumnFacts(*stats)
     return Facts(rows, columns), wanted
 

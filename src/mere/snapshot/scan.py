@@ -16,7 +16,12 @@ import pyarrow as pa
 
 from mere import expr as sqlexpr
 from mere.data.reader import RowFilter, at_version, iter_file, read_parts
-from mere.data.values import from_text, stat_from_json
+from mere.data.values import (
+    from_text,
+    stat_from_json,
+    widened_bounds,
+    zoned_bounds_inexact,
+)
 from mere.errors import InvalidExpression, SchemaMismatch
 from mere.log.actions import AddFile, TableMeta
 from mere.names import name_key
@@ -134,9 +139,12 @@ def file_ranges(
         if f.name in ranges or (columns is not None and f.name not in columns):
             continue
         stored = physical_name(f)
+        lo, hi = stat_from_json(mins.get(stored), f.type), stat_from_json(maxs.get(stored), f.type)
+        if zoned_bounds_inexact(f.type):
+            lo, hi = widened_bounds(lo, hi)
         ranges[f.name] = sqlexpr.ColumnRange(
-            stat_from_json(mins.get(stored), f.type),
-            stat_from_json(maxs.get(stored), f.type),
+            lo,
+            hi,
             _count(nulls.get(stored)),
             add.rows,
             _count(nans.get(stored)),  # floats: without it, NaN counts as possible
