@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pat
@@ -444,8 +445,9 @@ def _refuse_repeated_map_keys(values: pa.Array, column: str, what: str) -> None:
         # (list_parent_indices aborts the process, .keys ignores a slice's offset).
         entries = pa.struct([t.key_field, t.item_field])
         listed = values.cast(pa.list_(pa.field("entries", entries, False)))
-        items = listed.flatten()
-        keys, rows = items.field(0), pc.list_parent_indices(listed)
+        items = listed.flatten()  # skips the entries a NULL map row may still hold
+        lengths = pc.fill_null(pc.list_value_length(listed), 0).to_numpy(zero_copy_only=False)
+        keys, rows = items.field(0), pa.array(np.repeat(np.arange(len(listed)), lengths))
         repeated = _repeated_key(rows, keys)
         if repeated is not None:
             raise SchemaMismatch(

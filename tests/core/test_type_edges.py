@@ -218,3 +218,21 @@ def test_a_partition_column_is_judged_by_the_type_it_is_stored_as(
     assert db.table("t").schema.field("p").type == pa.string()
     db.table("t").append(pa.table({"p": pa.array(["a", "b"]).cast(given), "x": [1, 2]}))
     assert db.table("t").scan(filter="p = 'b'").column("x").to_pylist() == [2]
+
+
+def test_a_null_map_row_backed_by_entries_is_taken(db: mere.Database) -> None:
+    """Legal Arrow (a NULL row's offsets may span entries, repeated keys even): the check of
+    repeated keys raised a raw ArrowInvalid where the append had succeeded before."""
+    db.create_table("t", pa.schema([("id", pa.int64()), ("m", MAP)]))
+    offsets = pa.array([0, 2, 4, 5], pa.int32())
+    keys, items = pa.array(["a", "b", "x", "x", "c"]), pa.array([1, 2, 3, 4, 5])
+    maps = pa.MapArray.from_arrays(offsets, keys, items, mask=pa.array([False, True, False]))
+    db.table("t").append(pa.table({"id": [0, 1, 2], "m": maps}))
+    db.table("t").append(pa.table({"id": [3, 4], "m": maps.slice(1)}))
+    assert db.table("t").scan().sort_by("id").column("m").to_pylist() == [
+        [("a", 1), ("b", 2)],
+        None,
+        [("c", 5)],
+        None,
+        [("c", 5)],
+    ]
