@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import mere
-from mere.sql import SQLError
+from mere.sql import SQLError, UnsupportedSQL
 
 
 def test_half_floats_and_narrow_wide_decimals_at_any_depth(db: mere.Database) -> None:
@@ -47,3 +47,18 @@ def test_nanosecond_durations_are_exact_or_an_error(db: mere.Database) -> None:
     db.table("t").append(pa.table({"id": [3], "v": pa.array([1], pa.duration("ns"))}))
     with pytest.raises(SQLError, match="would lose data"):
         db.sql("SELECT * FROM t WHERE v > INTERVAL 0 SECOND")
+
+
+@pytest.mark.parametrize("unit", ["s", "us", "ns"])
+def test_insert_into_a_table_with_a_duration_is_refused_clearly(
+    db: mere.Database, unit: str
+) -> None:
+    """DuckDB hands a duration back as an INTERVAL, which does not cast to a duration: a raw
+    ArrowNotImplementedError (or a SchemaMismatch about types the user never wrote)."""
+    db.create_table("t", pa.schema([("i", pa.int64()), ("d", pa.duration(unit))]))
+    v = db.version
+    with pytest.raises(UnsupportedSQL, match="duration"):
+        db.sql("INSERT INTO t (i) VALUES (1)")
+    assert db.version == v
+    db.table("t").append(pa.table({"i": [1], "d": pa.array([5], pa.duration(unit))}))
+    assert db.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 1}]
