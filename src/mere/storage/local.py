@@ -436,6 +436,12 @@ class LocalStore(ObjectStore):
             raise AlreadyExists(key)
         try:
             tmp, created = self._write_temp(key, parent, data, sync=True)
+        except OSError as exc:
+            # Before the link nothing is under the key: a definite failure, not one of
+            # unknown outcome (a read-only or full filesystem).
+            error = self._error("put_if_absent", key, exc)
+            raise (NotWritten(str(error)) if type(error) is StorageError else error) from exc
+        try:
             try:
                 os.link(tmp, path)
             except FileExistsError:
@@ -448,12 +454,9 @@ class LocalStore(ObjectStore):
             finally:
                 _unlink_quietly(tmp)
         except OSError as exc:
-            # Up to and including the link, a failure left no object under the key (a
-            # link is atomic): a definite failure, not one of unknown outcome.
-            error = self._error("put_if_absent", key, exc)
-            if type(error) is StorageError:
-                raise NotWritten(str(error)) from exc
-            raise error from exc
+            # The link's own failure may not be what happened (NFS can lose the reply of
+            # a link it made): of unknown outcome, settled by reading the key back.
+            raise self._error("put_if_absent", key, exc) from exc
         if created or not self._sync_at_give_back(parent):
             try:
                 _fsync_new_name(parent, created)
