@@ -47,3 +47,19 @@ def test_the_data_source_refuses_duplicates_in_the_data(
     with pytest.raises(Exception, match="duplicate primary key"):
         df.write.format("mere").option("database", uri).mode("append").save("t")
     assert _ids(keyed) == [1, 2]
+
+
+@pytest.mark.parametrize("method", ["native", "arrow"])
+def test_a_failed_overwrite_caught_in_a_transaction_removes_nothing(
+    spark: SparkSession, keyed: mere.Database, method: str
+) -> None:
+    """The overwrite's removal and the new files were two statements: the duplicate key
+    undid the second only, and the caught error left the old rows removed."""
+    df = spark.createDataFrame([(1, "new"), (1, "dup")], "id long, v string")
+    with keyed.transaction() as tx:
+        with pytest.raises(mere.DuplicateKey):
+            mere.spark.write(  # type: ignore[arg-type]
+                tx, df, "t", mode="overwrite", replace_where="id < 2", method=method
+            )
+        tx.table("t").append([{"id": 3, "v": "c"}])
+    assert _ids(keyed) == [1, 2, 3]

@@ -540,16 +540,19 @@ def write(
         target = WriteTarget(uri, meta, target_file_size or tx.target_file_size, replace_where)
         adds = run_write_job(df, target)
     try:
-        if not exists:
-            _core.create_table_with_id(tx, meta)
-        elif evolve:
-            _core.evolve_schema(tx, table, meta.schema)
-        if mode == "overwrite":
-            handle = tx.table(table)
-            handle.overwrite(handle.schema.empty_table(), where=replace_where)
-        tx.add_files(table, adds)
-        if app_id is not None and app_version is not None:
-            tx.set_app_transaction(app_id, app_version)
+        # One block: a failure (a duplicate key in the new rows) undoes the overwrite's
+        # removals and a new table or schema too, leaving the caller's transaction as it was.
+        with tx.savepoint():
+            if not exists:
+                _core.create_table_with_id(tx, meta)
+            elif evolve:
+                _core.evolve_schema(tx, table, meta.schema)
+            if mode == "overwrite":
+                handle = tx.table(table)
+                handle.overwrite(handle.schema.empty_table(), where=replace_where)
+            tx.add_files(table, adds)
+            if app_id is not None and app_version is not None:
+                tx.set_app_transaction(app_id, app_version)
     except BaseException:
         delete_files(store, meta, [a.path for a in adds])
         raise
