@@ -212,3 +212,33 @@ def test_inlined_files_of_older_schemas(spark, uri, method):
     got = sorted(tuple(r) for r in df.where("k < 0 OR extra IS NOT NULL").collect())
     assert repr(got) == repr(sorted([*expected, (1099511627776, 5.0, "b", "x")]))
     assert df.where("amount <> 5 AND k < 0").count() == 1  # the NaN row, inlined
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["stored", "inlined"])
+def test_a_naive_timestamp_reads_as_written_whatever_the_session_zone(spark, uri, inline):
+    """Inlined rows were handed to Spark without their schema: a naive timestamp became a
+    zoned one in the session's zone (10:00 read as 15:00 in New York), and a filter on
+    it found nothing."""
+    import datetime as dt
+
+    db = mere.connect(uri)
+    if inline:
+        db.set_properties({"inlineLimit": "65536"})
+    naive = pa.timestamp("us")
+    db.create_table("n", pa.schema([("id", pa.int64()), ("tn", naive)]))
+    moment = dt.datetime(2024, 1, 1, 10, 0)
+    db.table("n").append(pa.table({"id": [1], "tn": pa.array([moment], naive)}))
+    assert kinds(db, "n") == ((0, 1) if inline else (1, 0))
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        for method in ("native", "datasource"):
+            df = mere.spark.read(spark, uri, "n", method=method)
+            assert df.schema["tn"].dataType.typeName() == "timestamp_ntz", method
+            assert [tuple(r) for r in df.collect()] == [(1, moment)], method
+            found = mere.spark.read(
+                spark, uri, "n", method=method, filter="tn = TIMESTAMP '2024-01-01 10:00:00'"
+            )
+            assert found.count() == 1, method
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)

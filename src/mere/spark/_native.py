@@ -232,7 +232,8 @@ def _inlined_rows(
     and a checkpoint moves them to ordinary files past ``inlineFlushBytes``).
     """
     rows = pa.concat_tables(read_data_files(store, table, files, table.schema.names))
-    return spark.createDataFrame(to_spark_table(rows, spark_arrow_schema(logical)))
+    # With the schema: without it Spark takes a naive timestamp as one in its session zone.
+    return spark.createDataFrame(to_spark_table(rows, spark_arrow_schema(logical)), logical)
 
 
 def native_read(
