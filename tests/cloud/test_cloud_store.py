@@ -50,6 +50,11 @@ OFFLINE_GCS = {"base_url": CLOSED}
         ("s3://bucket/a/b", OFFLINE_S3, S3Store, "s3://bucket/a/b", "a/b/"),
         ("s3a://bucket/", OFFLINE_S3, S3Store, "s3://bucket", ""),
         ("S3://bucket/my%20db/", OFFLINE_S3, S3Store, "s3://bucket/my db", "my db/"),
+        # %, # and ? stay encoded: the URI opens the same prefix again (an export's
+        # target reads its source's files by it)
+        ("s3://bucket/db%2541", OFFLINE_S3, S3Store, "s3://bucket/db%2541", "db%41/"),
+        ("az://cont/a%23b%3Fc", OFFLINE_AZURE, AzureStore, "az://cont/a%23b%3Fc", "a#b?c/"),
+        ("gs://bucket/%25", OFFLINE_GCS, GCSStore, "gs://bucket/%25", "%/"),
         ("az://cont/db", OFFLINE_AZURE, AzureStore, "az://cont/db", "db/"),
         ("azure://cont/db", OFFLINE_AZURE, AzureStore, "az://cont/db", "db/"),
         (
@@ -72,6 +77,7 @@ def test_open_store_maps_cloud_uris(
     assert isinstance(store, ObstoreStore)
     assert store.uri == expected_uri
     assert store.root == root
+    assert open_store(store.uri, storage_options=options).root == root
     assert repr(store) == f"{kind.__name__}({expected_uri!r})"
 
 

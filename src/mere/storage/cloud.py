@@ -157,7 +157,13 @@ def _clean_prefix(prefix: str) -> str:
 
 
 def _uri(scheme: str, authority: str, prefix: str) -> str:
-    return f"{scheme}://{authority}/{prefix}" if prefix else f"{scheme}://{authority}"
+    """The store's URI, ``%``, ``#`` and ``?`` in its prefix percent-encoded, so that opening
+    the URI again (which decodes it) finds the same prefix; an export writes it into its
+    target's data paths. Other characters are kept as they are, as they read back."""
+    if not prefix:
+        return f"{scheme}://{authority}"
+    escaped = prefix.replace("%", "%25").replace("#", "%23").replace("?", "%3F")
+    return f"{scheme}://{authority}/{escaped}"
 
 
 #: The URI scheme each backend reports its stores under.
