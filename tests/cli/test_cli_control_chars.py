@@ -48,3 +48,21 @@ def test_scan_and_sql_tables_escape_control_characters(
 def test_json_keeps_the_value(uri: str) -> None:
     assert json.loads(out("scan", uri, "t", "--json")) == {"s": TITLE}
     assert json.loads(out("sql", uri, "--json", "-c", "SELECT * FROM t")) == {"s": TITLE}
+
+
+def test_describe_escapes_control_characters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Property keys and values, and the type text that holds nested field names, were
+    printed raw by `mere describe` and the shell's \\d."""
+    from mere.cli.sql_output import show_table
+
+    db = mere.connect(str(tmp_path / "props"))
+    nested = pa.struct([("a\x1b[2J", pa.int64())])
+    db.create_table("t", pa.schema([("s", nested)]), properties={"note\x1b]0;T": "v\x1b[2J"})
+    described = out("describe", db.uri, "t")
+    assert "\x1b" not in described
+    assert "v\\x1b[2J" in described and "a\\x1b[2J" in described
+    show_table(db.table("t").describe(), as_json=False)
+    shown = capsys.readouterr().out
+    assert "\x1b" not in shown and "a\\x1b[2J" in shown

@@ -179,15 +179,16 @@ def describe(
     schema = make_table(["column", "type", "nullable"])
     partition = set(info["partition_by"])
     for field in info["schema"]:
-        name = Text(field["name"])
+        name = Text(escape_controls(field["name"]))
         if field["name"] in partition:
             name.append(" (partition)", style="dim")
-        schema.add_row(name, Text(field["type"]), "yes" if field["nullable"] else "no")
+        kind = Text(escape_controls(field["type"]))  # nested field names are the user's
+        schema.add_row(name, kind, "yes" if field["nullable"] else "no")
     parts: list[Any] = [summary, Text(), titled("schema", schema)]
     if info["properties"]:
         props = make_table(["property", "value"])
         for key, value in sorted(info["properties"].items()):
-            props.add_row(Text(key), Text(str(value)))
+            props.add_row(Text(escape_controls(key)), Text(escape_controls(str(value))))
         parts += [Text(), titled("properties", props)]
     console().print(Group(*parts))
 

@@ -18,6 +18,7 @@ from mere.cli.output import (
     cell,
     console,
     emit_json,
+    escape_controls,
     human_size,
     iter_row_values,
     iter_rows,
@@ -113,10 +114,11 @@ def show_table(info: dict[str, Any], *, as_json: bool) -> None:
     table = make_table(["column", "type", "nullable"])
     partition = set(info["partition_by"])
     for field in info["schema"]:
-        column = Text(field["name"])
+        column = Text(escape_controls(field["name"]))
         if field["name"] in partition:
             column.append(" (partition)", style="dim")
-        table.add_row(column, Text(field["type"]), "yes" if field["nullable"] else "no")
+        kind = Text(escape_controls(field["type"]))  # nested field names are the user's
+        table.add_row(column, kind, "yes" if field["nullable"] else "no")
     caption = (
         f"{_count(info['rows'], 'row')} in {_count(info['files'], 'file')}, "
         f"{human_size(info['size_bytes'])}"
