@@ -599,13 +599,13 @@ class Table:
         on the new version, with jittered backoff, at most ``UPSERT_ATTEMPTS``
         times: concurrent upserts never duplicate a key.
         """
+        if isinstance(data, pa.RecordBatchReader):
+            data = data.read_all()  # read once: a second attempt must see the rows too
         if on_duplicate == "error":
             version = self._append_from_cache(data, schema_mode)
             if version is not None:
                 return version
         attempts = UPSERT_ATTEMPTS if on_duplicate != "error" else 1
-        if attempts > 1 and isinstance(data, pa.RecordBatchReader):
-            data = data.read_all()  # read once: every attempt must see the rows
         for attempt in range(1, attempts + 1):
             tx = self._db.transaction()
             try:
@@ -642,8 +642,6 @@ class Table:
         state = self._db._fresh_cached_state()
         if state is None or state.table_by_name(self.name) is None:
             return None
-        if isinstance(data, pa.RecordBatchReader):
-            return None  # read once: it cannot be offered to a second attempt
         tx = self._db.begin(state=state)
         try:
             table = tx.table(self.name)
