@@ -380,3 +380,23 @@ def test_a_target_file_size_property_compaction_cannot_use_is_refused_where_set(
     with db.transaction() as tx:
         tx.alter_table("t").set_properties({"targetFileSize": "1048576"})
     assert db.table("t").describe()["properties"]["targetFileSize"] == "1048576"
+
+
+@pytest.mark.parametrize("size", ["abc", "0", "-5", " 12"])
+def test_compaction_names_a_target_file_size_an_older_mere_took(
+    db: mere.Database, size: str
+) -> None:
+    """Compaction parsed it apart from the setter: "abc" failed with another message, "0"
+    and "-5" were silently the default, " 12" was taken."""
+    from dataclasses import replace
+
+    db.create_table("t", pa.schema([("a", pa.int64())]))
+    db.table("t").append([{"a": 1}])
+    db.table("t").append([{"a": 2}])
+    with db.transaction() as tx, tx.statement() as stage:  # as an older mere wrote it
+        meta = tx.table("t").meta
+        stage.set_metadata(meta.id, replace(meta, properties={"targetFileSize": size}))
+    v = db.version
+    with pytest.raises(mere.InvalidArgument, match="targetFileSize"):
+        db.table("t").compact()
+    assert db.version == v

@@ -35,10 +35,10 @@ import pyarrow.compute as pc
 from mere import expr as sqlexpr
 from mere.data.reader import read_parts
 from mere.data.writer import DataFileWriter
-from mere.errors import InvalidArgument, InvalidExpression, MereError, SchemaMismatch, TableNotFound
+from mere.errors import InvalidArgument, InvalidExpression, SchemaMismatch, TableNotFound
 from mere.log.actions import AddFile, TableMeta
 from mere.maintain.progress import progress
-from mere.properties import TARGET_FILE_SIZE_PROPERTY
+from mere.properties import TARGET_FILE_SIZE_PROPERTY, check_table_properties
 
 if TYPE_CHECKING:
     from mere.txn.context import DatabaseContext
@@ -192,15 +192,8 @@ def _target_size(db: DatabaseContext, meta: TableMeta, explicit: int | None) -> 
         return explicit
     text = meta.properties.get(TARGET_FILE_SIZE_PROPERTY)
     if text is not None:
-        try:
-            value = int(text)
-        except ValueError:
-            raise MereError(
-                f"table property {TARGET_FILE_SIZE_PROPERTY}={text!r} of {meta.name!r} "
-                "is not a number of bytes"
-            ) from None
-        if value > 0:
-            return value
+        check_table_properties(meta.properties)  # as where it is set (an older mere took any)
+        return int(text)
     return int(db.target_file_size)
 
 
