@@ -16,7 +16,7 @@ import datetime
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -413,16 +413,24 @@ def _conform_column(col: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
     return col
 
 
-@functools.lru_cache(maxsize=256)
-def _holds_map(t: pa.DataType) -> bool:
-    """Whether values of ``t`` may hold a map (a map, or a struct or list holding one)."""
-    if pat.is_map(t):
+def holds_type(t: pa.DataType, kind: Callable[[pa.DataType], bool]) -> bool:
+    """Whether ``t`` is, or holds at any depth (in a struct, list or map), a type ``kind``
+    accepts (``kind`` is a predicate such as ``pyarrow.types.is_map``)."""
+    if kind(t):
         return True
     if pat.is_struct(t):
-        return any(_holds_map(t.field(i).type) for i in range(t.num_fields))
+        return any(holds_type(t.field(i).type, kind) for i in range(t.num_fields))
+    if pat.is_map(t):
+        return holds_type(t.key_type, kind) or holds_type(t.item_type, kind)
     if pat.is_list(t) or pat.is_large_list(t) or pat.is_fixed_size_list(t):
-        return _holds_map(t.value_type)
+        return holds_type(t.value_type, kind)
     return False
+
+
+@functools.lru_cache(maxsize=256)
+def _holds_map(t: pa.DataType) -> bool:
+    """Whether values of ``t`` may hold a map (checked for every write: cached)."""
+    return holds_type(t, pat.is_map)
 
 
 def _refuse_repeated_map_keys(values: pa.Array, column: str, what: str) -> None:

@@ -63,6 +63,7 @@ from sqlglot.tokens import TokenType
 from mere.constraints import primary_key
 from mere.errors import InvalidArgument, TableNotFound
 from mere.names import name_key
+from mere.schema import holds_type
 from mere.sql import engine
 from mere.sql.catalog import Catalog
 from mere.sql.engine import duckdb_readable_type
@@ -265,7 +266,7 @@ def insert(
     table = tx.table(name)
     upsert = _on_conflict(table, tree, target)
     text = _retarget_insert(statement, bool(tree.args.get("conflict")))
-    interval = next((f for f in table.schema if _holds_duration(f.type)), None)
+    interval = next((f for f in table.schema if holds_type(f.type, pa.types.is_duration)), None)
     if interval is not None:
         raise UnsupportedSQL(
             f"INSERT into table {name!r}, whose column {interval.name!r} is a duration "
@@ -297,19 +298,6 @@ def insert(
     if upsert is None:
         return _count(table.append(rows))
     return _count(upsert(rows))
-
-
-def _holds_duration(t: pa.DataType) -> bool:
-    """Whether values of ``t`` are, or hold, durations."""
-    if pa.types.is_duration(t):
-        return True
-    if pa.types.is_struct(t):
-        return any(_holds_duration(f.type) for f in t)
-    if pa.types.is_map(t):
-        return _holds_duration(t.key_type) or _holds_duration(t.item_type)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _holds_duration(t.value_type)
-    return False
 
 
 def _retarget_insert(statement: Statement, conflict: bool = False) -> str:
