@@ -87,8 +87,8 @@ def run_merge(plan: MergePlan, source: pa.Table, table: TxTable) -> MergeMetrics
     deletes = [k for k, clause in enumerate(plan.matched) if clause.action == "delete"]
     deleting = pc.is_in(action, value_set=pa.array(deletes, action.type))
     if len(pc.unique(acted_targets)) != len(acted_targets):
-        # Acting on a row twice is ambiguous unless every act deletes it (as Delta Lake
-        # allows a lone unconditional delete): several updates could disagree.
+        # Acting on a row twice is ambiguous unless every act deletes it: several updates
+        # could disagree (Delta Lake takes only a lone unconditional delete; DuckDB all).
         counts = pc.value_counts(acted_targets)
         several = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
         updating = pc.and_(acted, pc.invert(deleting))
