@@ -120,6 +120,59 @@ def test_a_renamed_key_column_stays_the_key(db: mere.Database) -> None:
         db.table("t").append(pa.table({"key": [1], "v": ["x"]}))
 
 
+@pytest.mark.parametrize("on_duplicate", ["error", "skip", "update"])
+def test_renaming_the_key_after_writing_rows_in_the_transaction(
+    db: mere.Database, on_duplicate: str
+) -> None:
+    """The key rows a transaction holds for its own files follow the key column's new name."""
+    with db.transaction() as tx:
+        tx.table("t").append(rows((10, "a")))
+        tx.alter_table("t").rename_column("id", "k")
+        tx.table("t").append(pa.table({"k": [11], "v": ["b"]}), on_duplicate=on_duplicate)
+        with pytest.raises(mere.DuplicateKey, match=r"\(10\)"):
+            tx.table("t").append(pa.table({"k": [10], "v": ["c"]}))
+    assert sorted(r["k"] for r in db.table("t").scan().to_pylist()) == [1, 2, 10, 11]
+
+
+def test_a_new_key_in_the_transaction_is_checked_against_its_own_rows(
+    db: mere.Database,
+) -> None:
+    """Once the key is another column, rows written before under the old key are checked by
+    their values in the new key column, not by what the old key column held."""
+    db.create_table("s", pa.schema([("a", pa.int64()), ("b", pa.int64())]), primary_key=["a"])
+    with db.transaction() as tx:
+        tx.table("s").append([{"a": 1, "b": 5}])
+        tx.alter_table("s").rename_column("a", "x")
+        tx.alter_table("s").rename_column("b", "a")
+        tx.alter_table("s").set_primary_key(["a"])
+        with pytest.raises(mere.DuplicateKey, match=r"\(5\)"):
+            tx.table("s").append([{"x": 2, "a": 5}])
+        tx.table("s").append([{"x": 3, "a": 1}])
+    assert sorted(r["a"] for r in db.table("s").scan().to_pylist()) == [1, 5]
+
+
+def test_setting_another_key_after_writing_rows_in_the_transaction(db: mere.Database) -> None:
+    with db.transaction() as tx:
+        tx.table("t").append(rows((10, "c")))
+        tx.alter_table("t").set_primary_key(["v"])
+        tx.table("t").append(rows((11, "d")))
+        with pytest.raises(mere.DuplicateKey, match=r"\('c'\)"):
+            tx.table("t").append(rows((12, "c")))
+    assert sorted(r["v"] for r in db.table("t").scan().to_pylist()) == ["a", "b", "c", "d"]
+
+
+def test_sql_insert_after_renaming_the_key_in_one_transaction(db: mere.Database) -> None:
+    db.sql("CREATE TABLE q (id BIGINT PRIMARY KEY, v BIGINT)")
+    db.sql(
+        "BEGIN; INSERT INTO q VALUES (1, 1); ALTER TABLE q RENAME COLUMN id TO k; "
+        "INSERT INTO q VALUES (2, 2); COMMIT"
+    )
+    assert db.sql("SELECT k, v FROM q ORDER BY k").to_pylist() == [
+        {"k": 1, "v": 1},
+        {"k": 2, "v": 2},
+    ]
+
+
 def test_a_composite_key(db: mere.Database) -> None:
     schema = pa.schema([("a", pa.int32()), ("b", pa.string()), ("v", pa.float64())])
     db.create_table("c", schema, primary_key=["a", "b"])

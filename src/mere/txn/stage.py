@@ -71,6 +71,7 @@ from mere.txn.keys import (
     duplicates_within,
     key_columns,
     key_counts,
+    key_signature,
     live_candidates,
     present_keys,
     refuse_duplicates,
@@ -136,12 +137,15 @@ class _WriterKeys:
 class _HeldKeys:
     """Files this transaction wrote, and the key rows they hold between them.
 
-    ``owner`` is the frame whose statement wrote exactly these rows (None:
-    rows of several statements).
+    ``signature`` is the key they are rows of (physical columns and hash
+    families, as a key filter's): a later rename or another key makes them
+    rows of another column. ``owner`` is the frame whose statement wrote
+    exactly these rows (None: rows of several statements).
     """
 
     paths: frozenset[str]
     keys: pa.Table
+    signature: list[list[str]]
     owner: _Frame | None = None
 
 
@@ -679,16 +683,28 @@ class Stage:
         if self._held_bytes + keys.nbytes > KEPT_KEY_BYTES:
             return
         self._held_bytes += keys.nbytes
-        self._held.setdefault(table_id, []).append(_HeldKeys(frozenset(every), keys, owner))
+        held = _HeldKeys(frozenset(every), keys, key_signature(self.meta(table_id)), owner)
+        self._held.setdefault(table_id, []).append(held)
 
     def _held_keys(
         self, table_id: str, live: Mapping[str, AddFile]
     ) -> tuple[list[_HeldKeys], set[str]]:
-        """The held key rows of files that are all in ``live``, and the paths they cover."""
+        """The held key rows of files that are all in ``live``, and the paths they cover.
+
+        Rows held under another key than the table's now (the key was set or
+        a column renamed since) are not used: those files are read. Rows of
+        the same key are named as its columns are now.
+        """
         usable: list[_HeldKeys] = []
         covered: set[str] = set()
+        meta = self.meta(table_id)
+        signature, columns = key_signature(meta), key_columns(meta)
         for held in self._held.get(table_id, ()):
-            if all(p in live for p in held.paths) and not held.paths & covered:
+            if held.signature != signature or held.paths & covered:
+                continue
+            if all(p in live for p in held.paths):
+                if held.keys.column_names != columns:
+                    held = replace(held, keys=held.keys.rename_columns(columns))
                 usable.append(held)
                 covered |= held.paths
         return usable, covered
