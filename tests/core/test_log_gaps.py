@@ -129,6 +129,29 @@ def test_a_truncated_commit_is_still_reported_as_truncated(db: mere.Database) ->
         _ = mere.connect(db.store, create=False).version
 
 
+def test_a_handle_that_read_below_a_damaged_commit_reads_from_a_checkpoint_above_it(
+    db: mere.Database,
+) -> None:
+    """A fresh connection reads past a damaged commit from a later checkpoint; a handle
+    whose cached state lay below it replayed through it (CorruptLog for every read of a
+    later version, and for writes)."""
+    db.create_table("t", pa.schema([("x", pa.int64())]))
+    for i in range(3):
+        db.table("t").append([{"x": i}])
+    db.checkpoint()  # at version 4
+    db.table("t").append([{"x": 9}])
+    handle = mere.connect(db.store, create=False)
+    assert handle.snapshot(1).table("t").scan().num_rows == 0  # cached: version 1
+    data = db.store.get(commit_key(2))
+    db.store.delete(commit_key(2))
+    db.store.put_if_absent(commit_key(2), data[: len(data) // 2])
+    assert sorted(handle.table("t").scan().column("x").to_pylist()) == [0, 1, 2, 9]
+    assert handle.snapshot(4).table("t").scan().num_rows == 3
+    handle.table("t").append([{"x": 10}])
+    with pytest.raises(mere.CorruptLog, match=commit_key(2)):
+        handle.snapshot(3)  # no checkpoint between the cached state and version 3
+
+
 @pytest.fixture
 def gapped_ahead_of_the_hint(tmp_path: Path) -> mere.Database:
     """A local database whose commit 3 is gone, with the latest-version hint below

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mere.errors import VersionNotFound
+from mere.errors import CorruptLog, VersionNotFound
 from mere.log.keys import LOG_PREFIX, parse_log_key
 from mere.log.log import Log
 from mere.snapshot.files import LiveFiles, Reload
@@ -32,6 +32,12 @@ def load_state(log: Log, version: int, cached: DatabaseState | None = None) -> D
                 return replay(log, cached, version)
             except VersionNotFound:
                 pass  # commits after it were expired (or it is a tag's island): a checkpoint
+            except CorruptLog:
+                # A damaged commit after it: a checkpoint above it reads on, as it does
+                # for a handle that never read below the damage.
+                above = log.checkpoint_at_or_below(version, _interval(cached))
+                if above is None or above <= cached.version:
+                    raise
         checkpoint = log.checkpoint_at_or_below(version, _interval(cached))
         if checkpoint is not None:
             return _replay_from(log, _open(log, checkpoint), version)
