@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import struct
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,6 +108,24 @@ def test_corrupt_sidecars_do_not_decode() -> None:
     good = KeyFilter.build(SIG, key_hashes(pa.table({"k": [1, 2, 3]}))).to_bytes()
     for bad in (b"", b"MKF1", good[:-1], b"XKF1" + good[4:], good + b"\0" * 4):
         with pytest.raises(keyfilter.CorruptKeyFilter):
+            KeyFilter.from_bytes(bad)
+
+
+def _damaged_bits(sidecar: bytes) -> list[bytes]:
+    """The sidecar with its header kept and its bits lost (a torn, non-durable put) or flipped."""
+    (length,) = struct.unpack_from("<I", sidecar, 4)
+    head, bits = sidecar[: 8 + length], sidecar[8 + length :]
+    flipped = bytearray(bits)
+    flipped[len(bits) // 2] ^= 0x10
+    return [head + bytes(len(bits)), head + bytes(flipped)]
+
+
+def test_sidecars_whose_bits_were_lost_or_changed_do_not_decode() -> None:
+    """A filter that lost its bits rules out every key: a duplicate would commit."""
+    good = KeyFilter.build(SIG, key_hashes(pa.table({"k": list(range(500))}))).to_bytes()
+    assert KeyFilter.from_bytes(good).rows == 500
+    for bad in _damaged_bits(good):
+        with pytest.raises(keyfilter.CorruptKeyFilter, match="checksum"):
             KeyFilter.from_bytes(bad)
 
 
@@ -210,6 +229,23 @@ def test_corrupt_or_foreign_sidecars_are_read_around(uri: str) -> None:
         store.delete(key)
         store.put_if_absent(key, b"garbage" if i % 2 else empty.to_bytes())
     keyfilter.CACHE.clear()
+    held = db.table("t").scan(columns=["id"]).column("id").to_pylist()
+    for key in held[:: max(1, len(held) // 20)]:
+        with pytest.raises(mere.DuplicateKey):
+            db.table("t").append(pa.table({"id": [key], "v": ["d"]}, schema=SCHEMA))
+
+
+def test_a_sidecar_that_lost_its_bits_is_read_around(uri: str) -> None:
+    db = keyed(uri, files=3, per=100)
+    db.table("t").append(pa.table({"id": [299, 301], "v": ["x", "y"]}, schema=SCHEMA))  # filters
+    store = db.store
+    sidecars = sorted(m.key for m in store.list("tables/") if m.key.endswith(keyfilter.SUFFIX))
+    assert sidecars
+    for key in sidecars:
+        zeroed = _damaged_bits(store.get(key))[0]
+        store.delete(key)
+        store.put_if_absent(key, zeroed)
+    keyfilter.CACHE.clear()  # another process
     held = db.table("t").scan(columns=["id"]).column("id").to_pylist()
     for key in held[:: max(1, len(held) // 20)]:
         with pytest.raises(mere.DuplicateKey):

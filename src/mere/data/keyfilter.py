@@ -40,6 +40,7 @@ import hashlib
 import json
 import struct
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -283,24 +284,27 @@ class KeyFilter:
 
     def to_bytes(self) -> bytes:
         """The sidecar: MAGIC, a little-endian u32 header length, the JSON header, the bits."""
+        bits = self.words.astype("<u4", copy=False).tobytes()
         header = json.dumps(
             {
                 "hash": HASH_NAME,
                 "columns": self.signature,
                 "rows": self.rows,
                 "blocks": len(self.words),
+                "crc32": zlib.crc32(bits),
             },
             separators=(",", ":"),
         ).encode()
-        words = self.words.astype("<u4", copy=False)
-        return MAGIC + struct.pack("<I", len(header)) + header + words.tobytes()
+        return MAGIC + struct.pack("<I", len(header)) + header + bits
 
     @classmethod
     def from_bytes(cls, data: bytes) -> KeyFilter:
         """Decode a sidecar.
 
         Raises:
-            CorruptKeyFilter: not a sidecar this version writes.
+            CorruptKeyFilter: not a sidecar this version writes, or its bits are not
+                the ones its header's checksum names (a sidecar is put without
+                waiting for the disk: bits lost would rule out keys the file holds).
         """
         try:
             if data[:4] != MAGIC:
@@ -311,6 +315,8 @@ class KeyFilter:
             raw = np.frombuffer(data, dtype="<u4", offset=8 + length)
             if header["hash"] != HASH_NAME or count <= 0 or len(raw) != count * 8:
                 raise ValueError("unknown hash or wrong size")
+            if header.get("crc32") != zlib.crc32(memoryview(data)[8 + length :]):
+                raise ValueError("its bits do not match its checksum (or it has none)")
             words = raw.astype(np.uint32, copy=False).reshape(count, 8)  # read-only: fine
             return cls([list(c) for c in header["columns"]], int(header["rows"]), words)
         except (ValueError, KeyError, TypeError, struct.error) as exc:
