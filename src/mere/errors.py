@@ -156,7 +156,8 @@ class DataFileMissing(DataFileError):
 
 
 class CorruptDataFile(DataFileError):
-    """A data file cannot be read as Parquet: truncated or damaged after it was written."""
+    """A data file cannot be read as Parquet, or is not the file the log describes
+    (another size, row count or columns): damaged or overwritten after it was written."""
 
     advice = (
         "the file changed after mere wrote it (truncated or overwritten): restore it from "
@@ -167,7 +168,7 @@ class CorruptDataFile(DataFileError):
     @classmethod
     def describe(cls, path: str, table: str, version: int | None, reason: str) -> str:
         at = "" if version is None else f" (version {version})"
-        return f"data file {path} of table {table!r}{at} cannot be read as Parquet: {reason}"
+        return f"data file {path} of table {table!r}{at} is damaged: {reason}"
 
 
 class CorruptInlinedFile(CorruptDataFile):

@@ -61,7 +61,7 @@ def read_file(
     source = open_data_file(store, table, add)
     try:
         with parquet_errors(table, add):
-            pf = pq.ParquetFile(source)
+            pf = _open_parquet(table, add, source)
             stored = _stored_columns(table, schema, pf.schema_arrow)
             if row_filter is not None and stored and row_filter.applies_to(table, pf.schema_arrow):
                 fragment = ds.ParquetFileFormat().make_fragment(source)
@@ -71,9 +71,9 @@ def read_file(
                 threads = add.size >= THREADED_DECODE_BYTES
                 data = pf.read(columns=stored, use_threads=threads) if stored else None
                 rows = add.rows
+            return _assemble(table, add, schema, data, rows)  # casts: another type fails here
     finally:
         source.close()
-    return _assemble(table, add, schema, data, rows)
 
 
 def read_files(
@@ -137,7 +137,8 @@ def _read_inlined(table: TableMeta, run: Sequence[AddFile], columns: Sequence[st
         data = pa.concat_tables([d.select(stored) for d in decoded])
         if len(decoded) > 1:  # one chunk per column: engines pay per chunk they scan
             data = data.combine_chunks()
-    return _assemble(table, run[0], schema, data, sum(add.rows for add in run))
+    with parquet_errors(table, run[0]):
+        return _assemble(table, run[0], schema, data, sum(add.rows for add in run))
 
 
 def in_parallel(items: Sequence[U], read: Callable[[U], T], stored: Callable[[U], bool]) -> list[T]:
@@ -221,7 +222,7 @@ def iter_file(
     source = open_data_file(store, table, add)
     try:
         with parquet_errors(table, add):
-            pf = pq.ParquetFile(source)
+            pf = _open_parquet(table, add, source)
             stored = _stored_columns(table, schema, pf.schema_arrow)
         if not stored:
             yield _assemble(table, add, schema, None, add.rows)
@@ -230,11 +231,42 @@ def iter_file(
         while True:
             with parquet_errors(table, add):
                 batch = next(batches, None)
-            if batch is None:
-                return
-            yield _assemble(table, add, schema, pa.Table.from_batches([batch]), batch.num_rows)
+                if batch is None:
+                    return
+                rows = _assemble(table, add, schema, pa.Table.from_batches([batch]), batch.num_rows)
+            yield rows
     finally:
         source.close()
+
+
+def _open_parquet(table: TableMeta, add: AddFile, source: pa.NativeFile) -> pq.ParquetFile:
+    """The stored data file ``source``, once its footer agrees with what the log records.
+
+    A file overwritten by another valid Parquet file would otherwise read as
+    rows the table never held (another file's rows, or nulls for columns it
+    lacks). Its size and row count must be the log's, and it must store every
+    NOT NULL column of the table: such a column was there when the file was
+    written (a column added later is nullable) and is never dropped.
+
+    Raises:
+        CorruptDataFile: the file is not the one the log describes.
+    """
+    pf = pq.ParquetFile(source)
+    reason = None
+    if source.size() != add.size:
+        reason = f"it is {source.size():,} bytes; the log records {add.size:,}"
+    elif pf.metadata.num_rows != add.rows:
+        reason = f"it holds {pf.metadata.num_rows:,} rows; the log records {add.rows:,}"
+    else:
+        names = set(pf.schema_arrow.names)
+        for f in table.schema:
+            if not f.nullable and f.name not in table.partition_columns:
+                if physical_name(f) not in names:
+                    reason = f"it has no column {f.name!r}, which is NOT NULL"
+                    break
+    if reason is not None:
+        raise CorruptDataFile.of(data_file_name(table, add), table.name, reason=reason)
+    return pf
 
 
 @contextmanager
@@ -294,6 +326,9 @@ def decoded_inline(table: TableMeta, add: AddFile) -> pa.Table:
             return found[0]
     with parquet_errors(table, add):
         decoded = decode_inlined(add.inline)
+    if decoded.num_rows != add.rows:
+        reason = f"it holds {decoded.num_rows:,} rows; the log records {add.rows:,}"
+        raise CorruptInlinedFile.of(data_file_name(table, add), table.name, reason=reason)
     with _inlined_lock:
         if key not in _inlined:
             _inlined[key] = (decoded, len(add.inline))
