@@ -309,6 +309,22 @@ def test_parameters_are_bound_by_duckdb(db: mere.Database, orders_schema) -> Non
         db.sql("SELECT id FROM orders WHERE id = $id", {"other": 1})
 
 
+def test_a_placeholder_cast_with_colons_is_a_placeholder(db: mere.Database, orders_schema) -> None:
+    """sqlglot reads `?::` as one token: the placeholder went uncounted."""
+    db.create_table("orders", orders_schema)
+    db.table("orders").append([{"id": i, "country": "FR", "amount": 1.0} for i in (1, 2, 3)])
+    assert db.sql("SELECT id FROM orders WHERE id = ?::BIGINT", [1]).num_rows == 1
+    assert db.sql("SELECT id FROM orders WHERE id = ?::BIGINT OR id = ?", [1, 2]).num_rows == 2
+    db.sql("UPDATE orders SET amount = ?::DOUBLE WHERE id = ?::BIGINT", [7.5, 3])
+    db.sql("DELETE FROM orders WHERE id = ?::BIGINT", [1])
+    assert db.sql("SELECT id, amount FROM orders ORDER BY id").to_pylist() == [
+        {"id": 2, "amount": 1.0},
+        {"id": 3, "amount": 7.5},
+    ]
+    with pytest.raises(mere.InvalidArgument, match="placeholder"):
+        db.sql("SELECT id FROM orders WHERE id = ?::BIGINT", [1, 2])
+
+
 def test_errors_are_clear(db: mere.Database, orders_schema) -> None:
     db.create_table("orders", orders_schema)
     with pytest.raises(SQLError, match="nope"):

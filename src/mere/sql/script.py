@@ -76,6 +76,9 @@ def split_script(text: str, params: Params = None) -> list[Statement]:
     if params is not None and (isinstance(params, str | bytes) or not _is_params(params)):
         raise InvalidArgument("params must be a list/tuple of values or a dict of named values")
     tokens = tokenize(text)
+    if any(tok.token_type == TokenType.QDCOLON for tok in tokens):
+        text = _spaced_placeholder_casts(text, tokens)
+        tokens = tokenize(text)
     pieces: list[list[Token]] = [[]]
     for tok in tokens:
         if tok.token_type == TokenType.SEMICOLON:
@@ -92,6 +95,20 @@ def split_script(text: str, params: Params = None) -> list[Statement]:
         statements.append(_classify(body, shifted))
     _assign_params(statements, params)
     return statements
+
+
+def _spaced_placeholder_casts(text: str, tokens: list[Token]) -> str:
+    """``text`` with each placeholder cast ``?::type`` written ``? ::type``.
+
+    sqlglot reads ``?::`` as one token, neither a placeholder nor a cast, and
+    cannot parse it in a statement; DuckDB reads both spellings alike.
+    """
+    out, at = [], 0
+    for tok in tokens:
+        if tok.token_type == TokenType.QDCOLON:
+            out += [text[at : tok.start], "? ::"]
+            at = tok.end + 1
+    return "".join([*out, text[at:]])
 
 
 def _did_you_mean(word: str) -> str | None:
