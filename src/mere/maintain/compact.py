@@ -88,6 +88,8 @@ def compact(
 
     Raises:
         TableNotFound: no such table.
+        InvalidArgument: both ``sort_by`` and ``zorder_by``, an empty or a string
+            column list, or a bad ``target_file_size``.
         InvalidExpression: ``where`` names a column that is not a partition column.
         SchemaMismatch: an ordering column does not exist or cannot be ordered.
         ConflictError: a concurrent commit removed one of the same files, or
@@ -167,7 +169,7 @@ def _check_columns(columns: Sequence[str] | None, what: str) -> list[str]:
     if columns is None:
         return []
     if isinstance(columns, str):
-        raise TypeError(f"{what} must be a list of column names, not a string")
+        raise InvalidArgument(f"{what} must be a list of column names, not a string")
     names = list(columns)
     if not names:
         raise InvalidArgument(f"{what} needs at least one column")

@@ -228,7 +228,8 @@ def export(
         since: for ``partial``: a version (or export or tag name) at or before ``version``.
 
     Raises:
-        InvalidArgument: a bad mode, name, ``since``, or target (the source itself).
+        InvalidArgument: a bad mode, name, ``since``, or target (the source itself), or
+            ``tables`` given as one string.
         ExportExists: a live export or tag already has ``name``.
         ExportTargetExists: the target already holds a database.
         TableNotFound: a named table does not exist at that version.
@@ -238,7 +239,7 @@ def export(
     if mode not in MODES:
         raise InvalidArgument(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     if isinstance(tables, str):
-        raise TypeError("tables must be a list of table names, not a string")
+        raise InvalidArgument("tables must be a list of table names, not a string")
     if name is not None:
         check_export_name(name)
     elif mode != "full":

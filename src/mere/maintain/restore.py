@@ -95,7 +95,8 @@ def restore(
     """Commit the state of ``tables`` (default: all) as of ``version`` or ``timestamp``.
 
     Raises:
-        ValueError: neither or both of ``version`` and ``timestamp``.
+        InvalidArgument: neither or both of ``version`` and ``timestamp``, or
+            ``tables`` given as one string.
         VersionNotFound: the version does not exist or was expired.
         TableNotFound: a named table exists neither at that version nor now.
         DataFileMissing: a file the old version needs was deleted by vacuum.
@@ -104,7 +105,7 @@ def restore(
     if (version is None) == (timestamp is None):
         raise InvalidArgument("pass the version or the timestamp to restore")
     if isinstance(tables, str):
-        raise TypeError("tables must be a list of table names, not a string")
+        raise InvalidArgument("tables must be a list of table names, not a string")
     old = db.snapshot(version=version, timestamp=timestamp).state
     for attempt in range(1, RESTORE_ATTEMPTS + 1):
         tx = db.begin("serializable")
