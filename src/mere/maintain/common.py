@@ -93,15 +93,18 @@ def check_retention(
     """Refuse a negative retention, or one below the minimum unless ``force``.
 
     Raises:
-        ValueError: a negative retention.
+        InvalidArgument: a retention (or minimum) that is not a ``timedelta``, or a
+            negative one.
         RetentionTooShort: below the minimum, without ``force``.
     """
     if not isinstance(retention, timedelta):
-        raise TypeError(f"retention must be a datetime.timedelta, not {type(retention).__name__}")
+        raise InvalidArgument(
+            f"retention must be a datetime.timedelta, not {type(retention).__name__}"
+        )
     if retention < timedelta(0):
         raise InvalidArgument("retention cannot be negative")
     if min_retention is not None and not isinstance(min_retention, timedelta):
-        raise TypeError(
+        raise InvalidArgument(
             f"min_retention must be a datetime.timedelta, not {type(min_retention).__name__}"
         )
     if min_retention is not None and min_retention < timedelta(0):
