@@ -86,8 +86,9 @@ from mere.log.keys import (
     commit_key,
     parse_log_key,
 )
-from mere.maintain.common import exported_tables, shared_files
+from mere.maintain.common import exported_tables, kept_versions, shared_paths, states_ascending
 from mere.maintain.progress import Advance, progress
+from mere.snapshot.files import LiveFiles
 from mere.snapshot.loader import load_state
 from mere.snapshot.state import DatabaseState
 from mere.storage import ObjectStore
@@ -713,25 +714,57 @@ def _kept_by_exports(
     """Add to ``live`` the files the live tags and exports of ``state`` keep (their
     versions must stay readable); return the export keeping each file added."""
     kept: dict[tuple[ObjectStore, str], Export] = {}
-    for export in sorted(state.exports.values(), key=lambda e: e.name):
-        if not export.protects:
+    exports = sorted((e for e in state.exports.values() if e.protects), key=lambda e: e.name)
+    # Their versions are rebuilt in ascending order, each replayed on from the one before
+    # (one by one, each was a checkpoint open and a replay), and a file becomes an object
+    # only when it is not live at a retained version (once, whichever export keeps it).
+    wanted = {v for e in exports for v in kept_versions(e)}
+    since_versions = {e.since for e in exports if e.since is not None}
+    by_version: dict[int, list[Export]] = {}
+    for export in exports:
+        by_version.setdefault(export.version, []).append(export)
+    failed: dict[int, Exception] = {}
+    since_states: dict[int, DatabaseState] = {}
+    found: dict[str, list[tuple[TableMeta, str]] | Exception] = {}
+    objects: dict[tuple[str, str], AddFile] = {}
+    known = {key for store, key in live if store is db.store}
+    for version, at in states_ascending(db, wanted):
+        if not isinstance(at, DatabaseState):
+            failed[version] = at
             continue
-        try:
-            at = db.state_at(export.version)
-            since = db.state_at(export.since) if export.since is not None else None
-            files = shared_files(at, since, exported_tables(at, export))
-        except (VersionNotFound, CorruptLog) as exc:
+        if version in since_versions:
+            since_states[version] = at
+        for export in by_version.get(version, []):
+            if export.since is not None and export.since in failed:
+                found[export.name] = failed[export.since]
+                continue
+            since = since_states[export.since] if export.since is not None else None
+            try:
+                tables = exported_tables(at, export)
+            except VersionNotFound as exc:
+                found[export.name] = exc
+                continue
+            try:
+                found[export.name] = _shared_by(at, since, tables, known, objects)
+            except (VersionNotFound, CorruptLog) as exc:  # a checkpoint part gone, damaged
+                found[export.name] = exc
+    for export in exports:
+        files_or_error = failed.get(export.version) or found.get(export.name)
+        if isinstance(files_or_error, Exception) or files_or_error is None:
             result.findings.append(
                 Finding(
                     UNREADABLE,
                     commit_key(export.version),
                     f"{_named(export)} keeps version {export.version}, which cannot be "
-                    f"rebuilt ({exc}): its files were not checked",
+                    f"rebuilt ({files_or_error}): its files were not checked",
                     version=export.version,
                 )
             )
             continue
-        for meta, add in files:
+        for meta, path in files_or_error:
+            if not is_external_path(path) and (db.store, meta.prefix + path) in live:
+                continue  # live at a retained version: checked there
+            add = objects[(meta.id, path)]
             try:
                 where = data_file_location(db.store, meta, add)
             except DataFileMissing:  # that store's root is gone
@@ -742,6 +775,36 @@ def _kept_by_exports(
                 live[where] = (meta, add)
                 kept[where] = export
     return kept
+
+
+def _shared_by(
+    at: DatabaseState,
+    since: DatabaseState | None,
+    tables: list[TableMeta],
+    known: set[str],
+    objects: dict[tuple[str, str], AddFile],
+) -> list[tuple[TableMeta, str]]:
+    """The files an export shares, by path; those not among ``known`` keys (live at a
+    retained version) are also put in ``objects`` (built once, whichever export needs them)."""
+    files: list[tuple[TableMeta, str]] = []
+    for meta in tables:
+        paths, rows = shared_paths(at, since, meta)
+        new = [
+            (path, row)
+            for path, row in zip(paths, rows, strict=True)
+            if (meta.id, path) not in objects
+            and (is_external_path(path) or meta.prefix + path not in known)
+        ]
+        if new:
+            table_files = at.tables[meta.id].files
+            if isinstance(table_files, LiveFiles):
+                adds = table_files.take([row for _, row in new])
+            else:
+                adds = [table_files[path] for path, _ in new]
+            for add in adds:
+                objects[(meta.id, add.path)] = add
+        files += [(meta, path) for path in paths]
+    return files
 
 
 def _named(export: Export) -> str:

@@ -53,7 +53,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+import pyarrow.compute as pc
+
 from mere.errors import (  # noqa: F401 (re-exported)
+    CorruptLog,
     DataFileMissing,
     InvalidArgument,
     MereError,
@@ -63,14 +66,17 @@ from mere.errors import (  # noqa: F401 (re-exported)
     VersionNotFound,
 )
 from mere.log.actions import AddFile, Commit, Export, TableMeta, is_external_path
+from mere.log.columns import INLINE, PATH
 from mere.log.log import Log
 from mere.properties import (  # re-exported: maintenance is where users meet them
     MIN_RETENTION_PROPERTY,
     minimum_retention,
 )
+from mere.snapshot.files import LiveFiles
+from mere.snapshot.loader import load_state
+from mere.snapshot.state import DatabaseState
 
 if TYPE_CHECKING:
-    from mere.snapshot.state import DatabaseState
     from mere.txn.context import DatabaseContext
 
 #: Where vacuum and expiry mark the batch of keys they are about to delete.
@@ -199,6 +205,57 @@ def shared_files(
     return shared
 
 
+def states_ascending(
+    db: DatabaseContext, versions: Iterable[int]
+) -> Iterator[tuple[int, DatabaseState | VersionNotFound | CorruptLog]]:
+    """The states at ``versions``, in ascending order, each replayed on from the one before.
+
+    Rebuilding each version on its own costs a checkpoint open and a replay per
+    version (what live tags keep: one version each, possibly thousands); walking
+    them in order replays only the commits between two of them (from a checkpoint
+    when they are far apart, or one of them is an island below the oldest commit:
+    :func:`~mere.snapshot.loader.load_state`). Only the last state is held.
+    A version that cannot be rebuilt comes with its error instead.
+    """
+    previous: DatabaseState | None = None
+    for version in sorted(set(versions)):
+        try:
+            if previous is None:
+                state = db.state_at(version)
+            else:
+                state = load_state(db.log, version, previous)
+        except (VersionNotFound, CorruptLog) as exc:
+            yield version, exc
+            continue
+        previous = state
+        yield version, state
+
+
+def shared_paths(
+    state: DatabaseState, since: DatabaseState | None, meta: TableMeta
+) -> tuple[list[str], list[int]]:
+    """The paths (and their rows in the table's files) of what :func:`shared_files` gives
+    for one table, without building an ``AddFile`` per file."""
+    files = state.tables[meta.id].files
+    if isinstance(files, LiveFiles):
+        columns = files.columns([PATH, INLINE])
+        all_paths = columns.column(PATH).to_pylist()
+        inlined = pc.is_valid(columns.column(INLINE))
+        if pc.any(inlined).as_py():
+            stored = pc.invert(inlined).to_pylist()
+            rows = [i for i, keep in enumerate(stored) if keep]
+        else:
+            rows = list(range(len(all_paths)))
+    else:
+        all_paths = list(files)
+        rows = [i for i, path in enumerate(all_paths) if files[path].inline is None]
+    if since is not None:
+        earlier = since.tables.get(meta.id)
+        earlier_files = earlier.files if earlier is not None else {}
+        rows = [i for i in rows if all_paths[i] in earlier_files]
+    return [all_paths[i] for i in rows], rows
+
+
 class Protection:
     """The data files live exports keep, by key, with the names of the exports keeping them.
 
@@ -219,25 +276,87 @@ class Protection:
             VersionNotFound: a version the export needs cannot be rebuilt; the
                 caller must delete nothing then.
         """
-        if not export.protects or self.exports.get(export.name) == export:
+        self.add_all([export])
+
+    def add_all(self, exports: Iterable[Export]) -> None:
+        """Keep what each of ``exports`` (distinct names) shares, their versions rebuilt in
+        ascending order (:func:`states_ascending`), the files' keys read from columns.
+
+        Raises:
+            VersionNotFound: a version one of them needs cannot be rebuilt (the first
+                such export, in the order given, is named); the caller must delete
+                nothing then.
+        """
+        todo = [e for e in exports if e.protects and self.exports.get(e.name) != e]
+        if not todo:
             return
-        try:
-            state = self.db.state_at(export.version)
-            since = self.db.state_at(export.since) if export.since is not None else None
-            tables = exported_tables(state, export)
-        except VersionNotFound as exc:
-            raise VersionNotFound(
-                f"cannot tell which data files export {export.name!r} keeps: {exc}",
-                help=f"drop the export (drop_export({export.name!r})) if it is no longer needed",
-            ) from exc
-        self.exports[export.name] = export
-        for meta, add in shared_files(state, since, tables):
-            if not is_external_path(add.path):
-                self.by_key.setdefault(meta.prefix + add.path, set()).add(export.name)
+        at_version: dict[int, list[Export]] = {}
+        for export in todo:
+            at_version.setdefault(export.version, []).append(export)
+        since_versions = {e.since for e in todo if e.since is not None}
+        failed: dict[int, VersionNotFound | CorruptLog] = {}
+        no_table: dict[str, VersionNotFound] = {}
+        since_states: dict[int, DatabaseState] = {}
+        done: list[tuple[Export, list[str]]] = []
+        # The keys of a table's files, while they stay the same object (no commit between
+        # two exported versions touched the table): worked out once.
+        keys_of: dict[str, tuple[object, list[str]]] = {}
+        wanted = {v for e in todo for v in kept_versions(e)}
+        for version, state in states_ascending(self.db, wanted):
+            if not isinstance(state, DatabaseState):
+                failed[version] = state
+                continue
+            if version in since_versions:
+                since_states[version] = state
+            for export in at_version.get(version, []):
+                if export.since is not None and export.since in failed:
+                    continue
+                try:
+                    tables = exported_tables(state, export)
+                except VersionNotFound as exc:
+                    no_table[export.name] = exc
+                    continue
+                since = since_states[export.since] if export.since is not None else None
+                keys: list[str] = []
+                for meta in tables:
+                    files = state.tables[meta.id].files
+                    cached = keys_of.get(meta.id) if since is None else None
+                    if cached is not None and cached[0] is files:
+                        keys += cached[1]
+                        continue
+                    paths, _ = shared_paths(state, since, meta)
+                    table_keys = [meta.prefix + p for p in paths if not is_external_path(p)]
+                    if since is None:
+                        keys_of[meta.id] = (files, table_keys)
+                    keys += table_keys
+                done.append((export, keys))
+        for export in todo:
+            error = (
+                failed.get(export.version)
+                or (failed.get(export.since) if export.since is not None else None)
+                or no_table.get(export.name)
+            )
+            if isinstance(error, CorruptLog):
+                raise error
+            if error is not None:
+                raise VersionNotFound(
+                    f"cannot tell which data files export {export.name!r} keeps: {error}",
+                    help=f"drop the export (drop_export({export.name!r})) if it is no "
+                    "longer needed",
+                ) from error
+        by_key = self.by_key
+        for export, keys in done:
+            self.exports[export.name] = export
+            name = export.name
+            for key in keys:
+                names = by_key.get(key)
+                if names is None:
+                    by_key[key] = {name}
+                else:
+                    names.add(name)
 
     def add_state(self, state: DatabaseState) -> None:
-        for export in state.exports.values():
-            self.add(export)
+        self.add_all(state.exports.values())
 
     def add_commits(self, commits: Iterable[Commit]) -> None:
         for commit in commits:
