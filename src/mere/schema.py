@@ -174,6 +174,7 @@ def normalize_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schem
         seen[name_key(f.name)] = f.name
         t = storage_type(f.type)
         type_to_json(t)  # raises for unsupported types
+        refuse_null_type(f.name, t)
         meta = {k: v for k, v in (f.metadata or {}).items() if not k.startswith(b"PARQUET:")}
         fields.append(pa.field(f.name, t, f.nullable, meta or None))
     if len(set(partition_by)) != len(partition_by):
@@ -261,7 +262,8 @@ def _table_from_rows(rows: list[Any], schema: pa.Schema, *, infer: bool) -> pa.T
 
     A key missing from a row is NULL there, in both schema modes; a column of
     the schema that no row names is all NULL. Keys the schema lacks are
-    refused unless ``infer`` (a schema merge), which infers their types.
+    refused unless ``infer`` (a schema merge), which infers their types (and
+    those of a column of the ``null`` type, which the merge may widen).
     Errors name the column and the first row that does not fit.
     """
     exact = _rows_spelling_the_schema(rows, schema)
@@ -295,7 +297,8 @@ def _table_from_rows(rows: list[Any], schema: pa.Schema, *, infer: bool) -> pa.T
         field = fields.get(key)
         values = [row.get(key) for row in normalized]
         column = field.name if field is not None else name
-        arrays.append(_column_from_values(column, values, None if field is None else field.type))
+        type_ = None if field is None or (infer and pat.is_null(field.type)) else field.type
+        arrays.append(_column_from_values(column, values, type_))
         names.append(column)
     for key, field in fields.items():
         if key not in spelled:
@@ -324,6 +327,12 @@ def _rows_spelling_the_schema(rows: list[Any], schema: pa.Schema) -> pa.Table | 
     return table
 
 
+_NULL_COLUMN_HELP = (
+    "a column of the null type holds only NULL: give it a type with "
+    "alter_table(...).widen_column(name, type), or append with schema_mode='merge'"
+)
+
+
 def _column_from_values(column: str, values: list[Any], type: pa.DataType | None) -> pa.Array:
     try:
         array = pa.array(values, type=type)
@@ -337,7 +346,8 @@ def _column_from_values(column: str, values: list[Any], type: pa.DataType | None
             except _VALUE_ERRORS:
                 kind = f" ({type})" if type is not None else ""
                 raise SchemaMismatch(
-                    f"column {column!r}{kind}: row {i} holds {value!r}, which does not fit: {exc}"
+                    f"column {column!r}{kind}: row {i} holds {value!r}, which does not fit: {exc}",
+                    help=_NULL_COLUMN_HELP if type is not None and pat.is_null(type) else None,
                 ) from None
         raise SchemaMismatch(f"column {column!r}: the values cannot be read: {exc}") from None
 
@@ -389,7 +399,8 @@ def _conform_column(col: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
     if col.type != f.type:
         if _family(col.type) not in (_family(f.type), "null"):
             raise SchemaMismatch(
-                f"column {f.name!r} of {what} has type {col.type}, the table has {f.type}"
+                f"column {f.name!r} of {what} has type {col.type}, the table has {f.type}",
+                help=_NULL_COLUMN_HELP if pat.is_null(f.type) else None,
             )
         try:
             cast = col.cast(f.type, safe=True)
@@ -612,6 +623,29 @@ def physical_names_clashing(fields: Iterable[pa.Field]) -> tuple[str, str] | Non
     return None
 
 
+def refuse_null_type(column: str, type_: pa.DataType, *, inferred: bool = False) -> None:
+    """Raise SchemaMismatch if ``type_`` is or holds Arrow's ``null`` type.
+
+    A column of that type can hold nothing but NULL, and Delta Lake has no
+    such type. ``inferred``: the type was read off data that holds only
+    nulls (or empty lists), as a schema merge does.
+    """
+    if not holds_type(type_, pat.is_null):
+        return
+    if inferred:
+        raise SchemaMismatch(
+            f"column {column!r} holds only nulls, so its type cannot be told (it reads as "
+            f"{type_}); a column of the null type could never hold a value",
+            help=f"give {column!r} a type: pass a pyarrow Table whose column has one "
+            "(pa.nulls(n, pa.int64())), or add the column first with "
+            "alter_table(...).add_column(...)",
+        )
+    raise SchemaMismatch(
+        f"column {column!r} has type {type_}: a column of the null type can hold nothing but NULL",
+        help="give the column the type of the values it will hold",
+    )
+
+
 def add_column(schema: pa.Schema, f: pa.Field) -> pa.Schema:
     """The schema with a new nullable column appended (old files read it as nulls)."""
     check_column_name(f.name)
@@ -623,6 +657,7 @@ def add_column(schema: pa.Schema, f: pa.Field) -> pa.Schema:
         )
     t = storage_type(f.type)  # as create_table stores it
     type_to_json(t)
+    refuse_null_type(f.name, t)
     return schema.append(
         _with_physical(pa.field(f.name, t, True), fresh_physical_name(schema, f.name))
     )
@@ -649,9 +684,15 @@ _FLOAT_ORDER = [pa.float16(), pa.float32(), pa.float64()]
 
 
 def is_safe_widening(old: pa.DataType, new: pa.DataType) -> bool:
-    """Whether every value of ``old`` is exactly representable in ``new``."""
+    """Whether every value of ``old`` is exactly representable in ``new``.
+
+    A column of the ``null`` type holds only NULL, which every type holds (a
+    type that is or holds ``null`` excepted: nothing would be gained).
+    """
     if old == new:
         return True
+    if pat.is_null(old):
+        return not holds_type(new, pat.is_null)
     for order in (_INT_ORDER, _UINT_ORDER, _FLOAT_ORDER):
         if old in order and new in order:
             return order.index(new) > order.index(old)
@@ -674,10 +715,15 @@ def widen_column(schema: pa.Schema, name: str, new_type: pa.DataType) -> pa.Sche
         raise SchemaMismatch(f"no column {name!r}; the table has {schema.names}")
     i = schema.get_field_index(name)
     f = schema.field(i)
+    if pat.is_null(f.type):  # it holds only NULL: any type will do, as it is stored
+        new_type = storage_type(new_type)
+        type_to_json(new_type)  # raises for unsupported types
+        refuse_null_type(name, new_type)
     if not is_safe_widening(f.type, new_type):
         raise SchemaMismatch(
             f"changing column {name!r} from {f.type} to {new_type} could lose data; only "
-            "widening integer, floating and decimal types is allowed",
+            "widening integer, floating and decimal types (or a column of the null type, "
+            "which holds only NULL) is allowed",
             help="write the data to a new column instead",
         )
     metadata = dict(f.metadata or {})
@@ -708,6 +754,12 @@ def merge_schema(
     widening of the table's is widened, except a partition column (files
     spell its values in their paths in its type's text, as
     ``alter_table().widen_column`` also requires). Nothing else changes.
+
+    As in Spark's schema merging, a column of the ``null`` type (which only
+    an older mere created) takes the incoming type, and incoming ``null``
+    columns never narrow a table's. A new column whose incoming type is or
+    holds ``null`` (what Arrow infers for values that are all None or empty
+    lists) is a SchemaMismatch: its type cannot be told.
     """
     fixed = {name_key(c) for c in partition_by}
     by_key = {name_key(n): n for n in schema.names}
@@ -715,6 +767,7 @@ def merge_schema(
     for f in incoming:
         existing = by_key.get(name_key(f.name))
         if existing is None:
+            refuse_null_type(f.name, storage_type(f.type), inferred=True)
             merged = add_column(merged, pa.field(f.name, f.type, True))
             continue
         old_type = merged.field(existing).type
