@@ -58,6 +58,7 @@ from mere.log.actions import (
 )
 from mere.names import check_table_name, name_key
 from mere.properties import INLINE_LIMIT_PROPERTY, check_database_properties, inline_limit
+from mere.snapshot.planning import select_files
 from mere.snapshot.scan import ScanPlan, plan_scan, scan_files
 from mere.snapshot.state import DatabaseState
 from mere.storage import ObjectStore
@@ -253,13 +254,32 @@ class Stage:
             ]
         return base, list(staged.adds.values()) if staged is not None else []
 
+    def own_files(self, table_id: str) -> list[AddFile]:
+        """The files this transaction added to the table (buffered rows written out first)."""
+        self.meta(table_id)
+        self._flush(table_id)
+        staged = self._tables.get(table_id)
+        return list(staged.adds.values()) if staged is not None else []
+
     def plan_read(
         self, table_id: str, columns: Sequence[str] | None, filter: str | None
     ) -> tuple[ScanPlan, list[AddFile]]:
-        """The files a scan of ``columns`` where ``filter`` reads; recorded as a read."""
+        """The files a scan of ``columns`` where ``filter`` reads; recorded as a read.
+
+        The snapshot's files are chosen over the table's file columns at once,
+        as a plain scan chooses them: the cost follows the files chosen, not
+        the table's. Their objects hold the statistics the filter reads (enough
+        to read and to remove them, not to add them again).
+        """
         plan = plan_scan(self.meta(table_id), columns, filter)
-        base, own = self.live_files(table_id)
-        chosen = plan.select(base)
+        own = self.own_files(table_id)
+        staged = self._tables.get(table_id)
+        chosen: list[AddFile] = []
+        if staged is None or not staged.created:
+            removed = staged.removes if staged is not None else {}
+            chosen = select_files(plan, self.read_state.tables[table_id])
+            if removed:
+                chosen = [f for f in chosen if f.path not in removed]
         if not self.is_created(table_id):
             self.reads.reads.append(
                 ReadRecord(

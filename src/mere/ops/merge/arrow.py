@@ -128,12 +128,12 @@ def run_merge(plan: MergePlan, source: pa.Table, table: TxTable) -> MergeMetrics
     # 6. Write (nothing above wrote anything, so an error left the transaction as it was).
     removed_files = [files[i] for i in rewritten_files.to_pylist()]
     stage.remove_files(table_id, removed_files)
-    before = len(stage.live_files(table_id)[1])
+    before = len(stage.own_files(table_id))
     if replacement.num_rows:
         stage.write_rows(table_id, replacement)
     if inserted.num_rows:
         stage.write_rows(table_id, inserted)
-    added_files = len(stage.live_files(table_id)[1]) - before
+    added_files = len(stage.own_files(table_id)) - before
     metrics = MergeMetrics(
         num_source_rows=source.num_rows,
         num_target_rows_inserted=inserted.num_rows,
