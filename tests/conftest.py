@@ -21,6 +21,13 @@ ORDERS = pa.schema(
 )
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lay out CLI output as for a pipe, whatever runs the tests (xdist workers set COLUMNS=80)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 @pytest.fixture(params=["memory", "local"])
 def db_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The URI of a fresh, empty location on each backend."""
