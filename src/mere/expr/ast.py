@@ -160,12 +160,41 @@ class In(Expr):
     """``operand [NOT] IN (values...)`` over literal values, with SQL NULL semantics.
 
     ``x IN (1, NULL)`` is TRUE when x = 1 and NULL otherwise; ``x NOT IN (1, NULL)``
-    is never TRUE. Lists with non-literal items are rewritten to OR of ``=`` by the parser.
+    is never TRUE. A list with non-literal items is an :class:`InList` until bound.
     """
 
     operand: Expr
     values: tuple[Literal, ...]
     negated: bool = False
+    type: pa.DataType | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InList(Expr):
+    """``operand [NOT] IN (values...)`` where some value is not a literal; unbound only.
+
+    Binding gives the operand and every value one common type, as DuckDB does, and
+    then rewrites the list to an OR of an :class:`In` over its literals and ``=``
+    comparisons with its other values (so a bound tree never holds an InList).
+    """
+
+    operand: Expr
+    values: tuple[Expr, ...]
+    negated: bool = False
+    type: pa.DataType | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Between(Expr):
+    """``operand BETWEEN low AND high``; unbound only.
+
+    Binding gives the three one common type, as DuckDB does, and then rewrites it to
+    ``operand >= low AND operand <= high``.
+    """
+
+    operand: Expr
+    low: Expr
+    high: Expr
     type: pa.DataType | None = None
 
 
@@ -316,7 +345,7 @@ def _prec(expr: Expr) -> int:
         return _PREC_AND
     if isinstance(expr, Not):
         return _PREC_NOT
-    if isinstance(expr, Compare | In | IsNull | IsBool | Like | Distinct):
+    if isinstance(expr, Compare | In | InList | Between | IsNull | IsBool | Like | Distinct):
         return _PREC_CMP
     if isinstance(expr, Arith):
         return _ARITH_PREC.get(expr.op, _PREC_MUL)
@@ -348,10 +377,13 @@ def _sql(expr: Expr) -> str:
         return " OR ".join(_wrap(item, _PREC_OR + 1) for item in expr.items)
     if isinstance(expr, Not):
         return f"NOT {_wrap(expr.operand, _PREC_ATOM)}"
-    if isinstance(expr, In):
+    if isinstance(expr, In | InList):
         values = ", ".join(_sql(v) for v in expr.values)
         neg = " NOT" if expr.negated else ""
         return f"{_wrap(expr.operand, _PREC_CONCAT)}{neg} IN ({values})"
+    if isinstance(expr, Between):
+        low, high = _wrap(expr.low, _PREC_CONCAT), _wrap(expr.high, _PREC_CONCAT)
+        return f"{_wrap(expr.operand, _PREC_CONCAT)} BETWEEN {low} AND {high}"
     if isinstance(expr, IsNull):
         return f"{_wrap(expr.operand, _PREC_CONCAT)} IS {'NOT ' if expr.negated else ''}NULL"
     if isinstance(expr, Distinct):

@@ -19,9 +19,14 @@ Rules:
   ``'2024-01-01 10:00:00'``); a naive text compared with a time-zone-aware
   column means that wall time in the column's zone. Strings never turn into
   numbers or booleans: ``int_col = '5'`` is an error.
+* **One type per expression**, as in DuckDB: an IN list, a BETWEEN, coalesce and
+  an arithmetic operator take the common type of all their operands at once, each
+  typed literal with its own type (``r IN (0.1, 2.0e0)`` is DOUBLE for a REAL
+  ``r``); only integer literals, strings and NULL adapt to the others.
 * **Otherwise the narrower side is widened**: integers to a wider integer, to a
-  decimal or to ``float64``; decimals to a decimal of enough precision (or
-  ``float64`` beyond 38 digits); dates to timestamps; timestamp units to the finer.
+  decimal or to ``float64`` (REAL with an integer or decimal stays REAL); decimals
+  to a decimal of enough precision (or ``float64`` beyond 38 digits); dates to
+  timestamps; timestamp units to the finer.
   Timestamps with and without a time zone do not compare.
 * **Arithmetic** follows DuckDB: ``+ - *`` keep the (widened) operand type and
   fail on overflow; ``/`` is true division in ``float64``; ``//`` is integer
@@ -196,7 +201,8 @@ def _common_numeric(a: pa.DataType, b: pa.DataType, ca: str, cb: str) -> pa.Data
     if ca == cb == "int":
         return _common_int(a, b)
     if "float" in (ca, cb):
-        return pa.float32() if a == b == pa.float32() else pa.float64()
+        # As in DuckDB: REAL with an integer or a decimal is REAL, with a DOUBLE DOUBLE.
+        return pa.float64() if pa.float64() in (a, b) else pa.float32()
     # decimal with decimal or integer
     da = a if ca == "decimal" else _int_as_decimal(a)
     db = b if cb == "decimal" else _int_as_decimal(b)
@@ -481,6 +487,8 @@ def is_boolean(expr: ast.Expr) -> bool:
         | ast.Or
         | ast.Not
         | ast.In
+        | ast.InList
+        | ast.Between
         | ast.IsNull
         | ast.IsBool
         | ast.Like
@@ -521,6 +529,10 @@ class _Binder:
             return dataclasses.replace(node, operand=self.bind(node.operand), type=pa.bool_())
         if isinstance(node, ast.In):
             return self._in(node)
+        if isinstance(node, ast.InList):
+            return self._in_list(node)
+        if isinstance(node, ast.Between):
+            return self._between(node)
         if isinstance(node, ast.Like):
             return self._like(node)
         if isinstance(node, ast.Arith):
@@ -573,26 +585,51 @@ class _Binder:
     # --- type unification --------------------------------------------------------------
 
     def _unify(
-        self, nodes: Sequence[ast.Expr], ctx: ast.Expr, *, what: str = "compare"
+        self,
+        nodes: Sequence[ast.Expr],
+        ctx: ast.Expr,
+        *,
+        what: str = "compare",
+        narrow: bool = False,
     ) -> tuple[list[ast.Expr], pa.DataType]:
-        """Give bound ``nodes`` one common type: literals adapt, other nodes are cast."""
+        """Give bound ``nodes`` one common type: literals adapt, other nodes are cast.
+
+        The type is DuckDB's for all of ``nodes`` at once: each typed literal counts
+        with its own type (a DOUBLE literal next to a REAL column makes both DOUBLE,
+        even when REAL holds the literal exactly), except integer literals, which
+        take the type of the rest when they fit, as DuckDB's do; text and NULL take
+        whatever type the rest has. With ``narrow`` (a comparison, whose answer is
+        all that is kept), the one non-literal is then compared in its own type
+        when it widens exactly and every literal converts to it exactly: the same
+        answer, with no cast of the column.
+        """
         hard = [n for n in nodes if not isinstance(n, ast.Literal)]
         literals = [n for n in nodes if isinstance(n, ast.Literal)]
         target: pa.DataType | None = None
         for n in hard:
-            target = n.type if target is None else self._widen(target, n, ctx, nodes, what)
+            assert n.type is not None
+            target = n.type if target is None else self._widen(target, n.type, ctx, nodes, what)
+        # Typed literals count with their own type; text and NULLs adapt to the result.
+        for lit in literals:
+            assert lit.type is not None
+            if category(lit.type) in ("string", "null"):
+                continue
+            if target is None:
+                target = lit.type
+            else:
+                target = self._widen(target, self._demand(lit, target, ctx), ctx, nodes, what)
         if target is None:
-            # Only literals: strings and NULLs adapt to whatever typed literal is present.
-            firm = [n for n in literals if category(n.type) not in ("string", "null")]
             soft = [n for n in literals if category(n.type) == "string"]
-            for n in firm or soft:
-                target = n.type if target is None else self._widen(target, n, ctx, nodes, what)
+            for n in soft:
+                assert n.type is not None
+                target = n.type if target is None else self._widen(target, n.type, ctx, nodes, what)
         if target is None:
             return list(nodes), pa.null()
         for lit in literals:
             moved = self._coerce(lit, target, ctx)
             if moved.type != target:
-                target = self._widen(target, moved, ctx, nodes, what)
+                assert moved.type is not None
+                target = self._widen(target, moved.type, ctx, nodes, what)
         out: list[ast.Expr] = []
         for n in nodes:
             if isinstance(n, ast.Literal):
@@ -600,22 +637,41 @@ class _Binder:
                 if moved.type != target:
                     moved = cast_literal(moved, target, context=to_sql(ctx))
                 out.append(moved)
-            elif n.type != target:
-                out.append(ast.Cast(n, target, safe=not _rounds(n.type, target), type=target))
             else:
                 out.append(n)
-        return out, target
+        if narrow and len(hard) == 1:
+            narrowed = _narrowed(out, hard[0], target)
+            if narrowed is not None:
+                return narrowed
+        cast_out: list[ast.Expr] = []
+        for n in out:
+            if not isinstance(n, ast.Literal) and n.type != target:
+                n = ast.Cast(n, target, safe=not _rounds(n.type, target), type=target)
+            cast_out.append(n)
+        return cast_out, target
+
+    def _demand(self, lit: ast.Literal, target: pa.DataType, ctx: ast.Expr) -> pa.DataType:
+        """The type ``lit`` and a side of type ``target`` meet in (before text is read)."""
+        assert lit.type is not None
+        common = common_type(target, lit.type)
+        if common is not None and not pat.is_integer(lit.type):
+            return common
+        # Integer literals fit themselves to the other side, as DuckDB's INTEGER_LITERAL;
+        # a literal with no common type (a naive TIMESTAMP for a zoned column) is read
+        # in the other side's type when it can be.
+        moved = self._coerce(lit, target, ctx)
+        assert moved.type is not None
+        return moved.type
 
     def _widen(
         self,
         target: pa.DataType,
-        node: ast.Expr,
+        other: pa.DataType,
         ctx: ast.Expr,
         nodes: Sequence[ast.Expr],
         what: str,
     ) -> pa.DataType:
-        assert node.type is not None
-        common = common_type(target, node.type)
+        common = common_type(target, other)
         if common is None:
             described = " and ".join(f"{to_sql(n)} ({type_sql(n.type)})" for n in nodes if n.type)
             self.fail(f"cannot {what} {described}", ctx, help=_COMPARE_HELP)
@@ -654,7 +710,7 @@ class _Binder:
     def _compare(self, node: ast.Compare) -> ast.Expr:
         left, right = self.bind(node.left), self.bind(node.right)
         self._check_ordered((left, right), node)
-        (left, right), target = self._unify((left, right), node)
+        (left, right), target = self._unify((left, right), node, narrow=True)
         if pat.is_null(target):
             return ast.Literal(None, pa.bool_())
         return ast.Compare(node.op, left, right, pa.bool_())
@@ -662,7 +718,7 @@ class _Binder:
     def _distinct(self, node: ast.Distinct) -> ast.Expr:
         left, right = self.bind(node.left), self.bind(node.right)
         self._check_ordered((left, right), node)
-        (left, right), target = self._unify((left, right), node)
+        (left, right), target = self._unify((left, right), node, narrow=True)
         if pat.is_null(target):  # NULL IS DISTINCT FROM NULL
             return ast.Literal(node.negated, pa.bool_())
         return ast.Distinct(left, right, node.negated, pa.bool_())
@@ -670,11 +726,44 @@ class _Binder:
     def _in(self, node: ast.In) -> ast.Expr:
         operand = self.bind(node.operand)
         self._check_ordered((operand,), node)
-        unified, target = self._unify((operand, *node.values), node)
+        unified, target = self._unify((operand, *node.values), node, narrow=True)
         if pat.is_null(target):
             return ast.Literal(None, pa.bool_())
         values = tuple(v for v in unified[1:] if isinstance(v, ast.Literal))
         return ast.In(unified[0], values, node.negated, pa.bool_())
+
+    def _in_list(self, node: ast.InList) -> ast.Expr:
+        """``x IN (a, b, ...)`` with a non-literal item: one type for the whole list,
+        then an OR of an IN over its literals and ``=`` with its other items."""
+        operand = self.bind(node.operand)
+        values = [self.bind(v) for v in node.values]
+        self._check_ordered((operand, *values), node)
+        unified, target = self._unify((operand, *values), node, narrow=True)
+        if pat.is_null(target):
+            return ast.Literal(None, pa.bool_())
+        x, items = unified[0], unified[1:]
+        parts: list[ast.Expr] = []
+        literals = tuple(v for v in items if isinstance(v, ast.Literal))
+        if literals:
+            parts.append(ast.In(x, literals, False, pa.bool_()))
+        parts += [
+            ast.Compare("=", x, v, pa.bool_()) for v in items if not isinstance(v, ast.Literal)
+        ]
+        out = parts[0] if len(parts) == 1 else ast.Or(tuple(parts), pa.bool_())
+        return ast.Not(out, pa.bool_()) if node.negated else out
+
+    def _between(self, node: ast.Between) -> ast.Expr:
+        """``x BETWEEN low AND high``: one type for the three (as DuckDB), then
+        ``x >= low AND x <= high``."""
+        x, low, high = (self.bind(n) for n in (node.operand, node.low, node.high))
+        self._check_ordered((x, low, high), node)
+        (x, low, high), target = self._unify((x, low, high), node, narrow=True)
+        if pat.is_null(target):
+            return ast.Literal(None, pa.bool_())
+        return ast.And(
+            (ast.Compare(">=", x, low, pa.bool_()), ast.Compare("<=", x, high, pa.bool_())),
+            pa.bool_(),
+        )
 
     def _like(self, node: ast.Like) -> ast.Expr:
         operand = self.bind(node.operand)
@@ -899,6 +988,46 @@ class _Binder:
         if pat.is_null(value.type):
             return ast.Literal(None, out)
         return ast.Func(name, (*args[:-1], value), out)
+
+
+def _narrowed(
+    nodes: Sequence[ast.Expr], hard: ast.Expr, target: pa.DataType
+) -> tuple[list[ast.Expr], pa.DataType] | None:
+    """``nodes`` (literals already of ``target``) compared in ``hard``'s own type instead,
+    when that gives the same answers: ``hard`` widens to ``target`` exactly and keeping
+    order, and every literal converts to ``hard``'s type and back unchanged. None if not.
+    """
+    own = hard.type
+    if own is None or own == target or not _widens_exactly(own, target):
+        return None
+    out: list[ast.Expr] = []
+    for n in nodes:
+        if isinstance(n, ast.Literal):
+            try:
+                moved = coerce_literal(n, own)
+            except (ValueError, TypeError, OverflowError):
+                return None
+            if moved.type != own:
+                return None
+            n = moved
+        out.append(n)
+    return out, own
+
+
+def _widens_exactly(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Whether every ``src`` value is a distinct ``dst`` value, in the same order."""
+    cs, cd = category(src), category(dst)
+    if cs == cd == "float":
+        return dst == pa.float64()
+    if cs == cd == "timestamp":
+        return (src.tz is None) == (dst.tz is None) and _UNIT_ORDER[src.unit] <= _UNIT_ORDER[
+            dst.unit
+        ]
+    if cs == "int" and cd in ("int", "decimal"):
+        return common_type(src, dst) == dst
+    if cs == cd == "decimal":
+        return dst.scale >= src.scale and dst.precision - dst.scale >= src.precision - src.scale
+    return False
 
 
 def _rounds(src: pa.DataType | None, dst: pa.DataType) -> bool:

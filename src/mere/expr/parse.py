@@ -11,7 +11,8 @@ becomes :class:`~mere.errors.InvalidExpression` naming the construct.
 
 Normalisations made here, so later stages see one canonical form:
 
-* ``x BETWEEN a AND b`` becomes ``x >= a AND x <= b`` (``NOT BETWEEN`` its negation);
+* ``x BETWEEN a AND b`` is a :class:`~mere.expr.ast.Between` (``NOT BETWEEN`` its
+  negation), which binding makes ``x >= a AND x <= b`` once the three have one type;
 * ``NOT`` directly over ``IN``/``LIKE``/``IS NULL``/``IS TRUE``/``IS DISTINCT FROM`` flips
   their ``negated`` flag;
 * function spellings become one name: ``substr`` is ``substring``, ``ltrim(s)`` and
@@ -20,7 +21,8 @@ Normalisations made here, so later stages see one canonical form:
 * nested ``AND``/``OR`` are flattened;
 * unary minus on a number and casts of literals (``DATE '...'``, ``CAST('1' AS INT)``)
   are folded into typed literals;
-* an ``IN`` list containing non-literals becomes an OR of ``=`` comparisons.
+* an ``IN`` list containing non-literals is an :class:`~mere.expr.ast.InList`, which
+  binding makes an OR of ``=`` comparisons once the whole list has one type.
 
 Numeric literals: integers are ``int64`` (``decimal128(38, 0)`` beyond that range),
 numbers with a decimal point are exact decimals (``1.5`` is ``decimal128(2, 1)``, as in
@@ -200,7 +202,7 @@ class _Translator:
         if isinstance(node, exp.Between):
             x = self.convert(node.this)
             low, high = self.convert(node.args["low"]), self.convert(node.args["high"])
-            return ast.And((ast.Compare(">=", x, low), ast.Compare("<=", x, high)))
+            return ast.Between(x, low, high)
         if isinstance(node, exp.Is):
             return self._is(node)
         if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
@@ -288,11 +290,7 @@ class _Translator:
         x = self.convert(node.this)
         if all(isinstance(v, ast.Literal) for v in values):
             return ast.In(x, tuple(v for v in values if isinstance(v, ast.Literal)))
-        return (
-            ast.Or(tuple(ast.Compare("=", x, v) for v in values))
-            if len(values) > 1
-            else (ast.Compare("=", x, values[0]))
-        )
+        return ast.InList(x, tuple(values))
 
     def _is(self, node: exp.Is) -> ast.Expr:
         x = self.convert(node.this)
@@ -480,12 +478,14 @@ def _fold_neg(operand: ast.Expr) -> ast.Expr:
 
 def _negate(expr: ast.Expr) -> ast.Expr:
     """``NOT expr``, folded into predicates that carry a ``negated`` flag."""
-    if isinstance(expr, ast.In | ast.IsNull | ast.IsBool | ast.Like | ast.Distinct):
+    if isinstance(expr, ast.In | ast.InList | ast.IsNull | ast.IsBool | ast.Like | ast.Distinct):
         return _flip(expr)
     return ast.Not(expr)
 
 
-def _flip(expr: ast.In | ast.IsNull | ast.IsBool | ast.Like | ast.Distinct) -> ast.Expr:
+def _flip(
+    expr: ast.In | ast.InList | ast.IsNull | ast.IsBool | ast.Like | ast.Distinct,
+) -> ast.Expr:
     import dataclasses
 
     return dataclasses.replace(expr, negated=not expr.negated)
