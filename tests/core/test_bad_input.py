@@ -344,7 +344,7 @@ def test_arguments_of_the_wrong_kind_are_named(tmp_path: Path) -> None:
         db.create_table("t", schema, partition_by=None)  # type: ignore[arg-type]
     with pytest.raises(mere.InvalidName, match="dict"):
         db.create_table("t", schema, properties=[1])  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="min_retention"):
+    with pytest.raises(mere.InvalidArgument, match="min_retention"):
         db.vacuum(timedelta(0), min_retention="1h")  # type: ignore[arg-type]
     with pytest.raises(mere.InvalidArgument, match="min_retention"):
         db.expire(timedelta(0), min_retention=timedelta(-1))
