@@ -102,7 +102,8 @@ class AlterTable:
         return self._change(declare, "SET PRIMARY KEY", columns=list(columns))
 
     def widen_column(self, name: str, type: pa.DataType) -> AlterTable:
-        """Widen an integer, floating or decimal column; a lossy change is refused."""
+        """Widen a column losslessly (integers, floats and decimals to wider ones, a column
+        of the null type to any type); a change that could lose data is refused."""
 
         def widen(meta: TableMeta) -> TableMeta:
             if name in meta.partition_columns:
