@@ -80,3 +80,31 @@ def test_a_statement_on_one_partition_builds_no_object_for_the_others(
     rows = db.table("t").scan(filter="p = 7").to_pylist()
     assert len(rows) == 1 or statement == "delete"
     assert db.snapshot().table("t").count() == FILES - (statement == "delete")
+
+
+def test_sql_in_a_transaction_reads_through_duckdbs_own_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query reads every file: it gets them whole, with the statistics its view needs
+    (objects built from fewer columns sent it down the slower dataset path)."""
+    pytest.importorskip("duckdb")
+    from mere.sql import engine
+
+    views: list[str | None] = []
+    original = engine.native_view
+
+    def spy(*args: Any, **kwargs: Any) -> str | None:
+        views.append(original(*args, **kwargs))
+        return views[-1]
+
+    monkeypatch.setattr(engine, "native_view", spy)
+    schema = pa.schema([("id", pa.int64()), ("s", pa.string())])
+    db = mere.connect(tmp_path / "db")
+    db.create_table("u", schema)
+    for i in range(3):
+        db.table("u").append(pa.table({"id": [i], "s": ["x"]}, schema=schema))
+    db.checkpoint()
+    fresh = mere.connect(tmp_path / "db", create=False)
+    with fresh.transaction() as tx:
+        assert tx.sql("SELECT count(*) AS n FROM u").to_pylist() == [{"n": 3}]
+    assert views and all(view is not None for view in views)

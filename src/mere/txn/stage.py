@@ -266,10 +266,12 @@ class Stage:
     ) -> tuple[ScanPlan, list[AddFile]]:
         """The files a scan of ``columns`` where ``filter`` reads; recorded as a read.
 
-        The snapshot's files are chosen over the table's file columns at once,
-        as a plain scan chooses them: the cost follows the files chosen, not
-        the table's. Their objects hold the statistics the filter reads (enough
-        to read and to remove them, not to add them again).
+        With a filter, the snapshot's files are chosen over the table's file
+        columns at once, as a plain scan chooses them: the cost follows the
+        files chosen, not the table's, and their objects hold the statistics
+        the filter reads (enough to read and to remove them, not to add them
+        again). Without one, every file is read, whole (SQL's views read their
+        statistics).
         """
         plan = plan_scan(self.meta(table_id), columns, filter)
         own = self.own_files(table_id)
@@ -277,9 +279,11 @@ class Stage:
         chosen: list[AddFile] = []
         if staged is None or not staged.created:
             removed = staged.removes if staged is not None else {}
-            chosen = select_files(plan, self.read_state.tables[table_id])
-            if removed:
-                chosen = [f for f in chosen if f.path not in removed]
+            table = self.read_state.tables[table_id]
+            if plan.predicate is None:
+                chosen = [f for p, f in table.files.items() if p not in removed]
+            else:
+                chosen = [f for f in select_files(plan, table) if f.path not in removed]
         if not self.is_created(table_id):
             self.reads.reads.append(
                 ReadRecord(
