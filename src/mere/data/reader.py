@@ -213,21 +213,34 @@ def iter_file(
     add: AddFile,
     columns: Sequence[str],
     batch_rows: int = READ_BATCH_ROWS,
+    part: tuple[int, int] = (0, 1),
 ) -> Iterator[pa.Table]:
-    """Read one data file in bounded pieces (for streaming scans)."""
+    """Read one data file in bounded pieces (for streaming scans).
+
+    ``part`` = (i, n): only the i-th of n contiguous runs of its row groups
+    (a large file split across tasks); an inlined file is all in part 0.
+    """
+    index, parts = part
     schema = pa.schema([table.schema.field(c) for c in columns])
     if add.inline is not None:  # a few rows, decoded once
-        yield read_file(store, table, add, columns)
+        if index == 0:
+            yield read_file(store, table, add, columns)
         return
     source = open_data_file(store, table, add)
     try:
         with parquet_errors(table, add):
             pf = _open_parquet(table, add, source)
             stored = _stored_columns(table, schema, pf.schema_arrow)
-        if not stored:
-            yield _assemble(table, add, schema, None, add.rows)
+        count = pf.num_row_groups
+        groups = [g for g in range(count) if g * parts // count == index]
+        if parts > 1 and not groups:
             return
-        batches = pf.iter_batches(batch_size=batch_rows, columns=stored)
+        if not stored:
+            rows = sum(pf.metadata.row_group(g).num_rows for g in groups) if parts > 1 else add.rows
+            yield _assemble(table, add, schema, None, rows)
+            return
+        chosen = groups if parts > 1 else None
+        batches = pf.iter_batches(batch_size=batch_rows, row_groups=chosen, columns=stored)
         while True:
             with parquet_errors(table, add):
                 batch = next(batches, None)

@@ -16,16 +16,8 @@ from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from mere.data.external import open_data_file
-from mere.data.reader import (
-    READ_BATCH_ROWS,
-    _assemble,
-    _stored_columns,
-    iter_file,
-    parquet_errors,
-)
+from mere.data.reader import READ_BATCH_ROWS, iter_file
 from mere.database import connect
 from mere.errors import MereError
 from mere.log.actions import AddFile, TableMeta
@@ -122,31 +114,7 @@ def iter_row_groups(
     Like ``mere.data.reader.iter_file`` (same columns, partition values and
     nulls for missing columns), for splitting a large file across tasks.
     """
-    if parts == 1:
-        yield from iter_file(store, table, add, columns, batch_rows)
-        return
-    schema = pa.schema([table.schema.field(c) for c in columns])
-    source = open_data_file(store, table, add)  # an export's may be its source's
-    try:
-        with parquet_errors(table, add):  # a damaged file: CorruptDataFile naming it
-            pf = pq.ParquetFile(source)
-            stored = _stored_columns(table, schema, pf.schema_arrow)
-        groups = [g for g in range(pf.num_row_groups) if g * parts // pf.num_row_groups == part]
-        if not groups:
-            return
-        if not stored:
-            rows = sum(pf.metadata.row_group(g).num_rows for g in groups)
-            yield _assemble(table, add, schema, None, rows)
-            return
-        batches = pf.iter_batches(batch_size=batch_rows, row_groups=groups, columns=stored)
-        while True:
-            with parquet_errors(table, add):
-                batch = next(batches, None)
-            if batch is None:
-                return
-            yield _assemble(table, add, schema, pa.Table.from_batches([batch]), batch.num_rows)
-    finally:
-        source.close()
+    yield from iter_file(store, table, add, columns, batch_rows, part=(part, parts))
 
 
 def commit_added(uri: str, table_id: str, paths: set[str], since: int) -> bool | None:
