@@ -161,6 +161,24 @@ def test_setting_another_key_after_writing_rows_in_the_transaction(db: mere.Data
     assert sorted(r["v"] for r in db.table("t").scan().to_pylist()) == ["a", "b", "c", "d"]
 
 
+@pytest.mark.parametrize("on_duplicate", ["error", "skip", "update"])
+def test_widening_the_key_after_writing_rows_in_the_transaction(
+    db: mere.Database, on_duplicate: str
+) -> None:
+    """The key index's bounds kept the narrow type: pyarrow's raw ArrowInvalid."""
+    schema = pa.schema([pa.field("id", pa.int32(), nullable=False), ("v", pa.string())])
+    db.create_table("w", schema, primary_key=["id"])
+    db.table("w").append(pa.table({"id": pa.array([1], pa.int32()), "v": ["a"]}))
+    with db.transaction() as tx:
+        tx.table("w").append(pa.table({"id": pa.array([10], pa.int32()), "v": ["a"]}))
+        tx.alter_table("w").widen_column("id", pa.int64())
+        wide = pa.table({"id": pa.array([11, 2**40], pa.int64()), "v": ["b", "c"]})
+        tx.table("w").append(wide, on_duplicate=on_duplicate)
+        with pytest.raises(mere.DuplicateKey, match=r"\(10\)"):
+            tx.table("w").append(pa.table({"id": pa.array([10], pa.int64()), "v": ["d"]}))
+    assert sorted(r["id"] for r in db.table("w").scan().to_pylist()) == [1, 10, 11, 2**40]
+
+
 def test_sql_insert_after_renaming_the_key_in_one_transaction(db: mere.Database) -> None:
     db.sql("CREATE TABLE q (id BIGINT PRIMARY KEY, v BIGINT)")
     db.sql(

@@ -173,7 +173,9 @@ class KeyIndex(Derived):
         def bound(name: str, default: int) -> np.ndarray:
             if name not in names:
                 return np.full(n, default, dtype=dtype)
-            values = table.column(name).fill_null(default).to_numpy()
+            # Statistics of files written before the key was widened hold the narrower type.
+            column = table.column(name).cast(pa.from_numpy_dtype(dtype))
+            values = column.fill_null(default).to_numpy()
             return np.asarray(values).astype(dtype)
 
         flags = np.where(pc.is_valid(table.column(INLINE)).to_numpy(), INLINED, 0).astype(np.int8)
