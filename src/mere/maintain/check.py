@@ -86,7 +86,7 @@ from mere.log.keys import (
     commit_key,
     parse_log_key,
 )
-from mere.maintain.common import exported_tables, kept_versions, shared_paths, states_ascending
+from mere.maintain.common import exported_states, shared_paths
 from mere.maintain.progress import Advance, progress
 from mere.snapshot.files import LiveFiles
 from mere.snapshot.loader import load_state
@@ -718,39 +718,21 @@ def _kept_by_exports(
     # Their versions are rebuilt in ascending order, each replayed on from the one before
     # (one by one, each was a checkpoint open and a replay), and a file becomes an object
     # only when it is not live at a retained version (once, whichever export keeps it).
-    wanted = {v for e in exports for v in kept_versions(e)}
-    since_versions = {e.since for e in exports if e.since is not None}
-    by_version: dict[int, list[Export]] = {}
-    for export in exports:
-        by_version.setdefault(export.version, []).append(export)
-    failed: dict[int, Exception] = {}
-    since_states: dict[int, DatabaseState] = {}
     found: dict[str, list[tuple[TableMeta, str]] | Exception] = {}
     objects: dict[tuple[str, str], AddFile] = {}
     known = {key for store, key in live if store is db.store}
-    for version, at in states_ascending(db, wanted):
-        if not isinstance(at, DatabaseState):
-            failed[version] = at
+    for export, states in exported_states(db, exports):
+        if not isinstance(states, tuple):
+            found[export.name] = states
             continue
-        if version in since_versions:
-            since_states[version] = at
-        for export in by_version.get(version, []):
-            if export.since is not None and export.since in failed:
-                found[export.name] = failed[export.since]
-                continue
-            since = since_states[export.since] if export.since is not None else None
-            try:
-                tables = exported_tables(at, export)
-            except VersionNotFound as exc:
-                found[export.name] = exc
-                continue
-            try:
-                found[export.name] = _shared_by(at, since, tables, known, objects)
-            except (VersionNotFound, CorruptLog) as exc:  # a checkpoint part gone, damaged
-                found[export.name] = exc
+        at, since, tables = states
+        try:
+            found[export.name] = _shared_by(at, since, tables, known, objects)
+        except (VersionNotFound, CorruptLog) as exc:  # a checkpoint part gone, damaged
+            found[export.name] = exc
     for export in exports:
-        files_or_error = failed.get(export.version) or found.get(export.name)
-        if isinstance(files_or_error, Exception) or files_or_error is None:
+        files_or_error = found[export.name]
+        if isinstance(files_or_error, Exception):
             result.findings.append(
                 Finding(
                     UNREADABLE,

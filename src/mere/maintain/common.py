@@ -47,7 +47,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -231,6 +231,45 @@ def states_ascending(
         yield version, state
 
 
+#: An export's states as :func:`exported_states` finds them: the state at its version,
+#: at its ``since`` (None for other modes) and the tables it covers; or why not.
+ExportedState = tuple[DatabaseState, DatabaseState | None, list[TableMeta]]
+
+
+def exported_states(
+    db: DatabaseContext, exports: Sequence[Export]
+) -> Iterator[tuple[Export, ExportedState | VersionNotFound | CorruptLog]]:
+    """Each of ``exports`` (distinct names) with its states, walked in ascending version
+    order (:func:`states_ascending`); an export whose version, ``since`` or tables
+    cannot be rebuilt comes with that error instead (in that order of precedence)."""
+    at_version: dict[int, list[Export]] = {}
+    for export in exports:
+        at_version.setdefault(export.version, []).append(export)
+    since_versions = {e.since for e in exports if e.since is not None}
+    failed: dict[int, VersionNotFound | CorruptLog] = {}
+    since_states: dict[int, DatabaseState] = {}
+    wanted = {v for e in exports for v in kept_versions(e)}
+    for version, state in states_ascending(db, wanted):
+        if not isinstance(state, DatabaseState):
+            failed[version] = state
+            for export in at_version.get(version, []):
+                yield export, state
+            continue
+        if version in since_versions:
+            since_states[version] = state
+        for export in at_version.get(version, []):
+            if export.since is not None and export.since in failed:
+                yield export, failed[export.since]
+                continue
+            try:
+                tables = exported_tables(state, export)
+            except VersionNotFound as exc:
+                yield export, exc
+                continue
+            since = since_states[export.since] if export.since is not None else None
+            yield export, (state, since, tables)
+
+
 def shared_paths(
     state: DatabaseState, since: DatabaseState | None, meta: TableMeta
 ) -> tuple[list[str], list[int]]:
@@ -290,52 +329,31 @@ class Protection:
         todo = [e for e in exports if e.protects and self.exports.get(e.name) != e]
         if not todo:
             return
-        at_version: dict[int, list[Export]] = {}
-        for export in todo:
-            at_version.setdefault(export.version, []).append(export)
-        since_versions = {e.since for e in todo if e.since is not None}
-        failed: dict[int, VersionNotFound | CorruptLog] = {}
-        no_table: dict[str, VersionNotFound] = {}
-        since_states: dict[int, DatabaseState] = {}
+        errors: dict[str, VersionNotFound | CorruptLog] = {}
         done: list[tuple[Export, list[str]]] = []
         # The keys of a table's files, while they stay the same object (no commit between
         # two exported versions touched the table): worked out once.
         keys_of: dict[str, tuple[object, list[str]]] = {}
-        wanted = {v for e in todo for v in kept_versions(e)}
-        for version, state in states_ascending(self.db, wanted):
-            if not isinstance(state, DatabaseState):
-                failed[version] = state
+        for export, found in exported_states(self.db, todo):
+            if not isinstance(found, tuple):
+                errors[export.name] = found
                 continue
-            if version in since_versions:
-                since_states[version] = state
-            for export in at_version.get(version, []):
-                if export.since is not None and export.since in failed:
+            state, since, tables = found
+            keys: list[str] = []
+            for meta in tables:
+                files = state.tables[meta.id].files
+                cached = keys_of.get(meta.id) if since is None else None
+                if cached is not None and cached[0] is files:
+                    keys += cached[1]
                     continue
-                try:
-                    tables = exported_tables(state, export)
-                except VersionNotFound as exc:
-                    no_table[export.name] = exc
-                    continue
-                since = since_states[export.since] if export.since is not None else None
-                keys: list[str] = []
-                for meta in tables:
-                    files = state.tables[meta.id].files
-                    cached = keys_of.get(meta.id) if since is None else None
-                    if cached is not None and cached[0] is files:
-                        keys += cached[1]
-                        continue
-                    paths, _ = shared_paths(state, since, meta)
-                    table_keys = [meta.prefix + p for p in paths if not is_external_path(p)]
-                    if since is None:
-                        keys_of[meta.id] = (files, table_keys)
-                    keys += table_keys
-                done.append((export, keys))
+                paths, _ = shared_paths(state, since, meta)
+                table_keys = [meta.prefix + p for p in paths if not is_external_path(p)]
+                if since is None:
+                    keys_of[meta.id] = (files, table_keys)
+                keys += table_keys
+            done.append((export, keys))
         for export in todo:
-            error = (
-                failed.get(export.version)
-                or (failed.get(export.since) if export.since is not None else None)
-                or no_table.get(export.name)
-            )
+            error = errors.get(export.name)
             if isinstance(error, CorruptLog):
                 raise error
             if error is not None:
