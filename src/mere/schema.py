@@ -172,9 +172,7 @@ def normalize_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schem
         if name_key(f.name) in seen:
             raise InvalidName(f"duplicate column name {f.name!r} (names are unique ignoring case)")
         seen[name_key(f.name)] = f.name
-        t = storage_type(f.type)
-        type_to_json(t)  # raises for unsupported types
-        refuse_null_type(f.name, t)
+        t = storable_type(f.name, f.type)
         meta = {k: v for k, v in (f.metadata or {}).items() if not k.startswith(b"PARQUET:")}
         fields.append(pa.field(f.name, t, f.nullable, meta or None))
     if len(set(partition_by)) != len(partition_by):
@@ -623,6 +621,18 @@ def physical_names_clashing(fields: Iterable[pa.Field]) -> tuple[str, str] | Non
     return None
 
 
+def storable_type(column: str, type_: pa.DataType) -> pa.DataType:
+    """The type a column of ``type_`` is stored as.
+
+    Raises:
+        SchemaMismatch: the log cannot hold the type, or it is or holds ``null``.
+    """
+    stored = storage_type(type_)
+    type_to_json(stored)  # raises for unsupported types
+    refuse_null_type(column, stored)
+    return stored
+
+
 def refuse_null_type(column: str, type_: pa.DataType, *, inferred: bool = False) -> None:
     """Raise SchemaMismatch if ``type_`` is or holds Arrow's ``null`` type.
 
@@ -655,9 +665,7 @@ def add_column(schema: pa.Schema, f: pa.Field) -> pa.Schema:
         raise SchemaMismatch(
             f"a new column must be nullable: existing rows have no value for {f.name!r}"
         )
-    t = storage_type(f.type)  # as create_table stores it
-    type_to_json(t)
-    refuse_null_type(f.name, t)
+    t = storable_type(f.name, f.type)  # as create_table stores it
     return schema.append(
         _with_physical(pa.field(f.name, t, True), fresh_physical_name(schema, f.name))
     )
@@ -716,9 +724,7 @@ def widen_column(schema: pa.Schema, name: str, new_type: pa.DataType) -> pa.Sche
     i = schema.get_field_index(name)
     f = schema.field(i)
     if pat.is_null(f.type):  # it holds only NULL: any type will do, as it is stored
-        new_type = storage_type(new_type)
-        type_to_json(new_type)  # raises for unsupported types
-        refuse_null_type(name, new_type)
+        new_type = storable_type(name, new_type)
     if not is_safe_widening(f.type, new_type):
         raise SchemaMismatch(
             f"changing column {name!r} from {f.type} to {new_type} could lose data; only "

@@ -243,8 +243,7 @@ class Stage:
 
     def live_files(self, table_id: str) -> tuple[list[AddFile], list[AddFile]]:
         """(files of the snapshot still live, files this transaction added)."""
-        self.meta(table_id)
-        self._flush(table_id)
+        own = self.own_files(table_id)
         staged = self._tables.get(table_id)
         base: list[AddFile] = []
         if staged is None or not staged.created:
@@ -252,7 +251,7 @@ class Stage:
             base = [
                 f for p, f in self.read_state.tables[table_id].files.items() if p not in removed
             ]
-        return base, list(staged.adds.values()) if staged is not None else []
+        return base, own
 
     def own_files(self, table_id: str) -> list[AddFile]:
         """The files this transaction added to the table (buffered rows written out first)."""
@@ -274,15 +273,15 @@ class Stage:
         statistics).
         """
         plan = plan_scan(self.meta(table_id), columns, filter)
-        own = self.own_files(table_id)
-        staged = self._tables.get(table_id)
-        chosen: list[AddFile] = []
-        if staged is None or not staged.created:
-            removed = staged.removes if staged is not None else {}
-            table = self.read_state.tables[table_id]
-            if plan.predicate is None:
-                chosen = [f for p, f in table.files.items() if p not in removed]
-            else:
+        if plan.predicate is None:
+            chosen, own = self.live_files(table_id)
+        else:
+            own = self.own_files(table_id)
+            staged = self._tables.get(table_id)
+            chosen = []
+            if staged is None or not staged.created:
+                removed = staged.removes if staged is not None else {}
+                table = self.read_state.tables[table_id]
                 chosen = [f for f in select_files(plan, table) if f.path not in removed]
         if not self.is_created(table_id):
             self.reads.reads.append(
